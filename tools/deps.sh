@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what snug's build needs from Debian's packages, if it is missing.
+# Run as root on a fresh machine (CI does); elsewhere it only checks.
+set -euo pipefail
+need=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in cmake ninja-build g++ catch2 libfmt-dev libopenblas-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev; do
+  have "$pkg" || need+=("$pkg")
+done
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "snug needs these Debian packages: ${need[*]} (run as root: apt-get install ${need[*]})" >&2
+  exit 1
+fi
+echo "installing: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
