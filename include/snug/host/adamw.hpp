@@ -1,0 +1,130 @@
+// The host AdamW step: one fused pass over a span of parameters that updates
+// the fp32 master weights and both moments, and refreshes the compute copy.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "snug/core/device.hpp"
+#include "snug/core/error.hpp"
+#include "snug/host/math.hpp"
+
+namespace snug::host {
+
+namespace detail {
+
+// Elements per parallel task: about 28 bytes move per element.
+inline constexpr std::int64_t adamw_grain = std::int64_t{1} << 16;
+
+// The per-call constants of PyTorch's AdamW (torch.optim.AdamW, single-tensor
+// path), formed in double as PyTorch forms them from Python floats.
+struct AdamWScalars {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
+    float decay;      // 1 - lr * weight_decay
+    float step_size;  // lr / (1 - beta1^step)
+    float bc2_sqrt;   // sqrt(1 - beta2^step)
+};
+
+// Elements per tile of adamw_tile: its square roots sit in a stack array.
+inline constexpr std::int64_t adamw_tile_size = 256;
+
+// sqrt(x[i]) in place for i < n. A square root inside a longer loop stops
+// GCC from vectorising it (without -fno-math-errno the call may set errno),
+// so the roots are taken here on their own: 4 at a time with SSE on x86-64
+// (correctly rounded, like std::sqrt), one at a time elsewhere.
+inline void adamw_sqrt(float* x, std::int64_t n) {
+    std::int64_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+
+// Up to adamw_tile_size elements, with the same operations, in the same
+// order, as PyTorch's single-tensor AdamW:
+//   grad *= grad_scale; p *= 1 - lr wd; m.lerp_(grad, 1 - beta1);
+//   v = v beta2 + (1 - beta2) grad^2; p -= step_size m / (sqrt(v) / bc2_sqrt + eps).
+// Then working[i] = p[i] rounded to T, when working is not null.
+template <class T>
+void adamw_tile(const AdamWScalars& k, float* p, T* working, const float* grad, float* m, float* v,
+                std::int64_t n) {  // all (n), n <= adamw_tile_size
+    float root[adamw_tile_size];
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float g = grad[i] * k.grad_scale;
+        m[i] = m[i] + k.one_minus_beta1 * (g - m[i]);
+        v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
+        root[i] = v[i];
+    }
+    adamw_sqrt(root, n);
+    for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = p[i] * k.decay - k.step_size * (m[i] / (root[i] / k.bc2_sqrt + k.eps));
+    }
+    if (working != nullptr) {
+        for (std::int64_t i = 0; i < n; ++i) working[i] = from_acc<T>(p[i]);
+    }
+}
+
+}  // namespace detail
+
+// AdamW over n parameters (PyTorch semantics: decoupled weight decay
+// p *= 1 - lr * weight_decay, then p -= lr * mhat / (sqrt(vhat) + eps) with the
+// bias-corrected moments mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step)).
+// The gradient is multiplied by grad_scale first (unscale x clip factor).
+// When `working` is not null, working[i] = master[i] rounded to T (nearest
+// even) after the update; pass nullptr when the master is the parameter.
+// Elementwise, so the result does not depend on the thread count.
+// Throws ShapeError for n < 0 and ConfigError for step < 1.
+template <HostFloat T>
+void adamw_update(const Device&, float* master,  // (n) fp32 master weights
+                  T* working,                    // (n) compute copy, or nullptr
+                  const float* grad,             // (n)
+                  float* m,                      // (n) first moment
+                  float* v,                      // (n) second moment
+                  std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale) {
+    detail::check_non_negative("adamw_update", {{"n", n}});
+    if (step < 1) {
+        throw ConfigError("adamw_update: step = " + std::to_string(step) + ", but steps count from 1");
+    }
+    const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
+    const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
+    const detail::AdamWScalars k{
+        beta1,
+        beta2,
+        static_cast<float>(1.0 - double(beta1)),
+        static_cast<float>(1.0 - double(beta2)),
+        eps,
+        grad_scale,
+        static_cast<float>(1.0 - double(lr) * double(weight_decay)),
+        static_cast<float>(double(lr) / bias_correction1),
+        static_cast<float>(std::sqrt(bias_correction2)),
+    };
+    parallel_ranges(n, detail::adamw_grain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; i += detail::adamw_tile_size) {
+            detail::adamw_tile(k, master + i, working == nullptr ? nullptr : working + i, grad + i, m + i, v + i,
+                               std::min(detail::adamw_tile_size, end - i));
+        }
+    });
+}
+
+// The fp32 case without a separate compute copy: adamw_update(dev, master,
+// nullptr, ...).
+inline void adamw_update(const Device& dev, float* master,  // (n)
+                         std::nullptr_t,
+                         const float* grad,  // (n)
+                         float* m,           // (n)
+                         float* v,           // (n)
+                         std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                         int step, float grad_scale) {
+    adamw_update<float>(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps,
+                        weight_decay, step, grad_scale);
+}
+
+}  // namespace snug::host

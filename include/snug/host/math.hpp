@@ -1,0 +1,122 @@
+// What every host kernel shares: the element types it accepts (HostFloat), the
+// type it computes in (acc_t<T>: double for double, float otherwise), loads and
+// stores between the two (16-bit stores round to nearest even), the size
+// check that turns a negative size into a snug::ShapeError, and
+// parallel_ranges, which splits a large loop over the host threads.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "snug/core/error.hpp"
+#include "snug/core/half.hpp"
+#include "snug/host/parallel.hpp"
+
+namespace snug::host {
+
+// Element types a host kernel reads and writes: fp32, fp64 (for finite-
+// difference tests) and the two 16-bit storage types.
+template <class T>
+concept HostFloat =
+    std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, half> || std::same_as<T, bfloat16>;
+
+// True for the two 16-bit storage types.
+template <class T>
+inline constexpr bool is_16bit_v = std::same_as<T, half> || std::same_as<T, bfloat16>;
+
+// The type a kernel computes in for elements of type T: double for double,
+// float for float, half and bfloat16.
+template <class T>
+using acc_t = std::conditional_t<std::same_as<T, double>, double, float>;
+
+// x widened to the compute type (exact for every HostFloat).
+template <HostFloat T>
+inline acc_t<T> to_acc(T x) {
+    if constexpr (is_16bit_v<T>) {
+        return static_cast<float>(x);
+    } else {
+        return x;
+    }
+}
+
+// v narrowed to the storage type T; 16-bit types round to nearest even, once.
+template <HostFloat T>
+inline T from_acc(acc_t<T> v) {
+    return T(v);
+}
+
+// *p widened to the compute type.
+template <HostFloat T>
+inline acc_t<T> load(const T* p) {
+    return to_acc(*p);
+}
+
+// Stores v at p, rounded to T (nearest even for 16-bit). T is deduced from p
+// only, so a wider value converts to acc_t<T> first.
+template <HostFloat T>
+inline void store(T* p, std::type_identity_t<acc_t<T>> v) {
+    *p = from_acc<T>(v);
+}
+
+// Calls fn(begin, end) on contiguous ranges that cover [0, n) exactly once,
+// each at least `grain` items long (except when n < grain), on up to
+// max_threads() threads; for n < 2 * grain it is one call on this thread.
+// Choose grain so that one range is some tens of microseconds of work (a
+// thread start costs about that). fn must not depend on where the ranges
+// split if the result is to be the same for every thread count.
+template <class F>
+void parallel_ranges(std::int64_t n, std::int64_t grain, F&& fn) {
+    if (n <= 0) return;
+    const std::int64_t by_size = n / std::max<std::int64_t>(grain, 1);
+    const std::int64_t tasks = std::clamp<std::int64_t>(by_size, 1, max_threads());
+    if (tasks == 1) {
+        fn(std::int64_t{0}, n);
+        return;
+    }
+    parallel_for(tasks, static_cast<unsigned>(tasks), [&](std::int64_t task) {
+        fn(n * task / tasks, n * (task + 1) / tasks);
+    });
+}
+
+namespace detail {
+
+// Sum over j in [0, n) of term(j), term called once for each j in increasing
+// order, kept in `Lanes` interleaved partial sums so that the loop vectorises
+// without the compiler reassociating anything: the result depends only on n
+// and the values, never on the thread count or the build.
+template <class A, int Lanes = 8, class F>
+A lane_sum(std::int64_t n, F&& term) {
+    A lane[Lanes] = {};
+    std::int64_t j = 0;
+    for (; j + Lanes <= n; j += Lanes) {
+        for (int l = 0; l < Lanes; ++l) lane[l] += term(j + l);
+    }
+    A sum = 0;
+    for (; j < n; ++j) sum += term(j);
+    for (const A s : lane) sum += s;
+    return sum;
+}
+
+// Throws ShapeError "<op>: negative size name = value, ..." when any of the
+// named sizes is negative.
+inline void check_non_negative(const char* op,
+                               std::initializer_list<std::pair<const char*, std::int64_t>> sizes) {
+    bool bad = false;
+    for (const auto& s : sizes) bad = bad || s.second < 0;
+    if (!bad) return;
+    std::string msg = std::string(op) + ": negative size (";
+    bool first = true;
+    for (const auto& [name, value] : sizes) {
+        msg += (first ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
+        first = false;
+    }
+    throw ShapeError(msg + ")");
+}
+
+}  // namespace detail
+}  // namespace snug::host
