@@ -1,0 +1,115 @@
+// The CUDA AdamW step: one fused pass over a span of parameters that updates
+// the fp32 master weights and both moments, and refreshes the compute copy.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "snug/core/error.hpp"
+#include "snug/core/half.hpp"
+#include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
+#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/norms.cuh"
+
+namespace snug::cuda {
+
+namespace detail {
+
+// The per-call constants of PyTorch's AdamW (torch.optim.AdamW, single-tensor
+// path), formed on the host in double as PyTorch forms them from Python floats.
+struct AdamWConstants {
+    float beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
+    float decay;      // 1 - lr * weight_decay
+    float step_size;  // lr / (1 - beta1^step)
+    float bc2_sqrt;   // sqrt(1 - beta2^step)
+};
+
+inline constexpr int adamw_threads = 256;
+
+// One thread per element (grid-stride), the same operations in the same order
+// as the host kernel:
+//   g = grad * grad_scale; m += (1 - beta1) (g - m); v = v beta2 + (1 - beta2) g^2;
+//   p = p (1 - lr wd) - step_size m / (sqrt(v) / bc2_sqrt + eps).
+// The __f*_rn intrinsics keep nvcc from fusing a multiply and an add into one
+// FMA, so the result is the host's, bit for bit. T: float, snug::bfloat16 or
+// snug::half; `working` may be null.
+template <class T>
+__global__ void __launch_bounds__(adamw_threads)
+    adamw_kernel(float* master,      // (n)
+                 T* working,         // (n) or nullptr
+                 const float* grad,  // (n)
+                 float* m,           // (n)
+                 float* v,           // (n)
+                 std::int64_t n, AdamWConstants k) {
+    const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+    for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float g = __fmul_rn(grad[i], k.grad_scale);
+        const float m_old = m[i];
+        const float m_new = __fadd_rn(m_old, __fmul_rn(k.one_minus_beta1, __fsub_rn(g, m_old)));
+        const float v_new = __fadd_rn(__fmul_rn(v[i], k.beta2), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
+        m[i] = m_new;
+        v[i] = v_new;
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v_new), k.bc2_sqrt), k.eps);
+        const float p = __fsub_rn(__fmul_rn(master[i], k.decay), __fmul_rn(k.step_size, __fdiv_rn(m_new, denom)));
+        master[i] = p;
+        if (working != nullptr) working[i] = T(p);
+    }
+}
+
+}  // namespace detail
+
+// AdamW over n parameters (PyTorch semantics: decoupled weight decay
+// p *= 1 - lr * weight_decay, then p -= lr * mhat / (sqrt(vhat) + eps) with the
+// bias-corrected moments mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step)).
+// The gradient is multiplied by grad_scale first (unscale x clip factor).
+// When `working` is not null, working[i] = master[i] rounded to T (nearest
+// even) after the update; pass nullptr when the master is the parameter.
+// One pass, elementwise: the host kernel's bits. Throws ShapeError for n < 0
+// and ConfigError for step < 1. T: float, snug::bfloat16 or snug::half.
+template <CudaFloat T>
+void adamw_update(const Device& dev, float* master,  // (n) fp32 master weights
+                  T* working,                        // (n) compute copy, or nullptr
+                  const float* grad,                 // (n)
+                  float* m,                          // (n) first moment
+                  float* v,                          // (n) second moment
+                  std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale) {
+    detail::check_sizes("adamw_update", {{"n", n}});
+    if (step < 1) throw ConfigError("adamw_update: step = " + std::to_string(step) + ", but steps count from 1");
+    if (n == 0) return;
+    const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
+    const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
+    const detail::AdamWConstants k{
+        beta2,
+        static_cast<float>(1.0 - double(beta1)),
+        static_cast<float>(1.0 - double(beta2)),
+        eps,
+        grad_scale,
+        static_cast<float>(1.0 - double(lr) * double(weight_decay)),
+        static_cast<float>(double(lr) / bias_correction1),
+        static_cast<float>(std::sqrt(bias_correction2)),
+    };
+    detail::adamw_kernel<T><<<detail::grid_stride_blocks(n, detail::adamw_threads), detail::adamw_threads, 0,
+                              dev.stream>>>(master, working, grad, m, v, n, k);
+    check_last_launch();
+}
+
+// The fp32 case without a separate compute copy: adamw_update(dev, master,
+// nullptr, ...).
+inline void adamw_update(const Device& dev, float* master,  // (n)
+                         std::nullptr_t,
+                         const float* grad,  // (n)
+                         float* m,           // (n)
+                         float* v,           // (n)
+                         std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                         float grad_scale) {
+    adamw_update<float>(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps,
+                        weight_decay, step, grad_scale);
+}
+
+}  // namespace snug::cuda

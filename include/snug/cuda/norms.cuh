@@ -1,0 +1,155 @@
+// Reductions on the device: the warp and block reductions the other kernels
+// build on (fixed trees, so every result is the same bits every run), the
+// grid size of their grid-stride loops, and sum_squares, the gradient
+// norm's deterministic two-pass sum of squares into a device scalar.
+// (scale_inplace, the other half of clipping, is in elementwise.cuh.)
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
+#include "snug/cuda/elementwise.cuh"  // check_sizes
+
+namespace snug::cuda {
+
+namespace detail {
+
+// ---- host side: launch sizes ----------------------------------------------------
+
+inline constexpr int warp_size = 32;
+
+// Blocks of `threads` for a grid-stride loop over n items, capped so that the
+// grid stays a legal size (the loop covers the rest). n > 0.
+inline unsigned grid_stride_blocks(std::int64_t n, int threads, std::int64_t cap = std::int64_t{1} << 16) {
+    return static_cast<unsigned>(std::clamp<std::int64_t>((n + threads - 1) / threads, 1, cap));
+}
+
+// ---- device side: reductions -----------------------------------------------------
+
+// Sum (max) of v over the 32 lanes of a full warp, by an xor butterfly: every
+// lane ends with the same bits, since each step adds the same two values in
+// either order.
+template <class A>
+__device__ A warp_sum(A v) {
+    for (int offset = warp_size / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFF'FFFFU, v, offset);
+    return v;
+}
+
+// fmaxf: a NaN lane is ignored unless every lane is NaN (as std::max on the
+// host ignores a NaN that comes second).
+__device__ inline float warp_max(float v) {
+    for (int offset = warp_size / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFF'FFFFU, v, offset));
+    return v;
+}
+
+// The block-wide sum or max of v (A: float, or double for sums), returned to
+// every thread. blockDim.x must be a multiple of 32 (at most 1024) and every
+// thread of the block must call it. `scratch` is 32 A of shared memory, free
+// on entry and again on return (the function ends with a barrier after its
+// last read). Every warp reduces the per-warp results itself, in the same
+// fixed tree: the same bits in every thread, every run.
+template <bool Max, class A>
+__device__ A block_reduce(A v, A* scratch) {
+    const unsigned lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const unsigned warps = blockDim.x / warp_size;
+    static_assert(!Max || std::is_same_v<A, float>, "block max: float only");
+    const auto reduce = [](A x) {
+        if constexpr (Max) {
+            return warp_max(x);
+        } else {
+            return warp_sum(x);
+        }
+    };
+    v = reduce(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    A w = lane < warps ? scratch[lane] : (Max ? A(-INFINITY) : A(0));
+    w = reduce(w);
+    __syncthreads();
+    return w;
+}
+
+template <class A>
+__device__ A block_sum(A v, A* scratch) {
+    return block_reduce<false>(v, scratch);
+}
+__device__ inline float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
+
+// ---- sum_squares ---------------------------------------------------------------
+
+inline constexpr int norm_threads = 512;
+// Blocks of the first pass: a fixed number for a given n (never the device's
+// SM count), so the partial sums, their order and the result do not depend on
+// the GPU.
+inline constexpr int norm_max_blocks = 1024;
+
+// Pass 1: block b sums x[i]^2 in double over i = b * norm_threads + tid +
+// k * stride in order of k (a float's square is exact in double), reduces
+// over the block by the fixed tree, writes partial[b]. (Kernels in a header
+// are templates, so that every translation unit may hold one; F is float.)
+template <class F>
+__global__ void __launch_bounds__(norm_threads)
+    sum_squares_partial_kernel(double* partial,  // (gridDim.x)
+                               const F* x,       // (n)
+                               std::int64_t n) {
+    __shared__ double scratch[warp_size];
+    double acc = 0.0;
+    const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+    for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const double g = static_cast<double>(x[i]);
+        acc += g * g;
+    }
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// Pass 2: one block adds the partials by a fixed tree and overwrites *out,
+// rounded to float once (+inf past float's range).
+template <class F>
+__global__ void __launch_bounds__(norm_threads)
+    sum_squares_final_kernel(F* out,                 // (1)
+                             const double* partial,  // (count)
+                             int count) {
+    __shared__ double scratch[warp_size];
+    double acc = 0.0;
+    for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) acc += partial[i];
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) *out = acc >= 0x1p128 ? F(INFINITY) : static_cast<F>(acc);
+}
+
+}  // namespace detail
+
+// *out = sum of grad[i]^2 over i < n, accumulated in double and rounded to
+// float once (+inf past float's range; an inf or NaN element makes it inf or
+// NaN), written to device memory (overwritten; 0 for n == 0), as the host
+// kernel. Deterministic: a fixed grid of at most 1024 blocks (chosen from n
+// alone) sums fixed strided subsets, then one block adds the partial sums by a
+// fixed tree, so the result is the same bits every run and on every GPU. The
+// partial sums (8 KiB at most) live in stream-ordered memory from the
+// runtime's pool (cudaMallocAsync), freed on the same stream.
+// Throws ShapeError for n < 0.
+inline void sum_squares(const Device& dev, float* out,  // scalar, device memory
+                        const float* grad,              // (n)
+                        std::int64_t n) {
+    detail::check_sizes("sum_squares", {{"n", n}});
+    const int blocks = static_cast<int>(detail::grid_stride_blocks(n, detail::norm_threads, detail::norm_max_blocks));
+    double* partial = nullptr;
+    check(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(double) * static_cast<std::size_t>(blocks),
+                          dev.stream));
+    detail::sum_squares_partial_kernel<float><<<blocks, detail::norm_threads, 0, dev.stream>>>(partial, grad, n);
+    const cudaError_t launched = cudaGetLastError();
+    if (launched == cudaSuccess) {
+        detail::sum_squares_final_kernel<float><<<1, detail::norm_threads, 0, dev.stream>>>(out, partial, blocks);
+    }
+    const cudaError_t finished = launched == cudaSuccess ? cudaGetLastError() : launched;
+    check(cudaFreeAsync(partial, dev.stream));
+    check(finished);
+}
+
+}  // namespace snug::cuda

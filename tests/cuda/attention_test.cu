@@ -1,0 +1,234 @@
+// The CUDA attention core against the host kernel on fresh random inputs,
+// outputs (and the backward's scratch) poisoned first, for float, bfloat16 and
+// half: out, att (zeros above the diagonal included) and dqkv within 1e-5
+// (fp32) or 1e-2 (16-bit) relative to |host| + rms(host). Sizes cover T = 1,
+// T not a multiple of the 32-key tile, head sizes below, between and above
+// the 32-channel passes and above the block's 256 threads, one head and many.
+// The backward must give the same bits on every run. Runs only where a GPU exists.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/cuda/attention.cuh"
+#include "snug/host/attention.hpp"
+#include "snug/snug.hpp"
+
+using Catch::Matchers::Contains;
+using snug::Cuda;
+using snug::MemoryCategory;
+using snug::MemoryTracker;
+
+namespace {
+
+std::uint64_t fresh_seed() {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+// Uniform in [lo, hi), rounded to T, never zero.
+template <class T>
+std::vector<T> random_values(snug::Generator& rng, std::size_t n, float lo, float hi) {
+    std::vector<T> out(n);
+    for (T& x : out) {
+        do {
+            x = T(lo + (hi - lo) * rng.uniform());
+        } while (static_cast<float>(x) == 0.0f);
+    }
+    return out;
+}
+
+template <class T>
+snug::Buffer<T, Cuda> to_device(MemoryTracker& tracker, const std::vector<T>& host) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, host.size(), "test data");
+    snug::cuda::copy_to_device(d.data(), std::span<const T>(host));
+    return d;
+}
+
+// n elements of 0xFF bytes: NaN in every float type, so an element no kernel
+// wrote shows up. Complete on return, whatever stream runs next.
+template <class T>
+snug::Buffer<T, Cuda> poisoned(MemoryTracker& tracker, std::size_t n) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, n, "poisoned output");
+    snug::cuda::check(cudaMemset(d.data(), 0xFF, d.bytes()));
+    snug::cuda::check(cudaDeviceSynchronize());
+    return d;
+}
+
+template <class T>
+std::vector<T> to_host(const snug::Buffer<T, Cuda>& d) {
+    std::vector<T> out(d.size());
+    snug::cuda::copy_to_host(out.data(), d.data(), d.size());
+    return out;
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+    if constexpr (std::is_same_v<T, float>) {
+        return std::bit_cast<std::uint32_t>(x);
+    } else {
+        return x.bits;
+    }
+}
+
+template <class T>
+void check_same_bits(const std::vector<T>& device, const std::vector<T>& host, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        if (bits_of(device[i]) != bits_of(host[i]) && ++bad <= 5) {
+            FAIL_CHECK(what << "[" << i << "]: device " << static_cast<float>(device[i]) << ", host "
+                            << static_cast<float>(host[i]));
+        }
+    }
+    CHECK(bad == 0);
+}
+
+// fp32: 1e-5; bfloat16 and half: 1e-2 (DESIGN.md).
+template <class T>
+constexpr double tolerance() {
+    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
+}
+
+// |device - host| <= tol * (|host| + rms(host)) elementwise: a relative error
+// with a floor at the reference's root mean square, for elements near zero
+// where cancellation leaves a pure relative error meaningless. A NaN fails.
+template <class T>
+void check_close(const std::vector<T>& device, const std::vector<T>& host, double tol, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    double sum_sq = 0.0;
+    for (const T& h : host) sum_sq += double(static_cast<float>(h)) * double(static_cast<float>(h));
+    const double rms = std::sqrt(sum_sq / double(host.empty() ? 1 : host.size()));
+    std::size_t bad = 0;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        const double d = static_cast<float>(device[i]), h = static_cast<float>(host[i]);
+        if (d == h) continue;
+        const double err = std::abs(d - h) / (std::abs(h) + rms);
+        if (!(err <= tol)) {
+            if (++bad <= 5) {
+                FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h << " (error " << err << ")");
+            }
+        } else if (err > worst) {
+            worst = err;
+        }
+    }
+    INFO(what << ": worst error " << worst << " (tolerance " << tol << ")");
+    CHECK(bad == 0);
+}
+
+struct AttentionSize {
+    int B, T, C, NH;
+};
+
+template <class T>
+void check_attention(snug::Generator& rng, const AttentionSize& z) {
+    INFO("B = " << z.B << ", T = " << z.T << ", C = " << z.C << ", NH = " << z.NH);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const auto bt = static_cast<std::size_t>(z.B) * static_cast<std::size_t>(z.T);
+    const auto C = static_cast<std::size_t>(z.C);
+    const auto tt = static_cast<std::size_t>(z.B) * static_cast<std::size_t>(z.NH) * static_cast<std::size_t>(z.T) *
+                    static_cast<std::size_t>(z.T);
+    // Scores of a few units: softmax rows neither flat nor one-hot.
+    const auto qkv = random_values<T>(rng, bt * 3 * C, -1.5f, 1.5f);
+    const auto dout = random_values<T>(rng, bt * C, -1.0f, 1.0f);
+
+    auto qkv_d = to_device(tracker, qkv);
+    auto out_d = poisoned<T>(tracker, bt * C);
+    auto att_d = poisoned<T>(tracker, tt);
+    attention_forward(dev, out_d.data(), att_d.data(), qkv_d.data(), z.B, z.T, z.C, z.NH);
+    std::vector<T> out(bt * C), att(tt);
+    attention_forward(host, out.data(), att.data(), qkv.data(), z.B, z.T, z.C, z.NH);
+    check_close(to_host(out_d), out, tolerance<T>(), "out");
+    const auto device_att = to_host(att_d);
+    check_close(device_att, att, tolerance<T>(), "att");
+    std::size_t above_diagonal = 0;
+    for (std::size_t r = 0; r < tt / static_cast<std::size_t>(z.T); ++r) {
+        const std::size_t t = r % static_cast<std::size_t>(z.T);
+        for (std::size_t s = t + 1; s < static_cast<std::size_t>(z.T); ++s) {
+            above_diagonal += bits_of(device_att[r * static_cast<std::size_t>(z.T) + s]) == 0 ? 0 : 1;
+        }
+    }
+    CHECK(above_diagonal == 0);
+
+    // The backward from the host's probabilities, on both sides.
+    auto host_att_d = to_device(tracker, att);
+    auto dout_d = to_device(tracker, dout);
+    auto dqkv_d = poisoned<T>(tracker, bt * 3 * C);
+    auto scratch_d = poisoned<T>(tracker, tt);
+    attention_backward(dev, dqkv_d.data(), scratch_d.data(), dout_d.data(), qkv_d.data(), host_att_d.data(), z.B, z.T,
+                       z.C, z.NH);
+    std::vector<T> dqkv(bt * 3 * C), scratch(tt);
+    attention_backward(host, dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), z.B, z.T, z.C, z.NH);
+    check_close(to_host(dqkv_d), dqkv, tolerance<T>(), "dqkv");
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda attention forward and backward match the host", "[cuda][attention]", float, snug::bfloat16,
+                   snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const AttentionSize sizes[] = {
+        {2, 1, 12, 3},     // T = 1, hs = 4
+        {1, 2, 1, 1},      // hs = 1
+        {2, 37, 48, 4},    // hs = 12, T not a multiple of 32
+        {1, 70, 96, 2},    // hs = 48: two channel passes, three key tiles
+        {3, 64, 128, 2},   // hs = 64 (GPT-2's), whole tiles
+        {1, 33, 300, 1},   // hs = 300 > 256 threads
+    };
+    for (const auto& z : sizes) check_attention<TestType>(rng, z);
+}
+
+TEST_CASE("cuda attention is deterministic", "[cuda][attention]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    MemoryTracker tracker;
+    const Cuda dev{};
+    const int B = 2, T = 200, C = 192, NH = 3;
+    const std::size_t bt = std::size_t{B} * T, tt = std::size_t{B} * NH * T * T;
+    auto qkv_d = to_device(tracker, random_values<float>(rng, bt * 3 * C, -1.5f, 1.5f));
+    auto dout_d = to_device(tracker, random_values<float>(rng, bt * C, -1.0f, 1.0f));
+    auto out_d = poisoned<float>(tracker, bt * C);
+    auto att_d = poisoned<float>(tracker, tt);
+    std::vector<float> first_out, first_att, first_dqkv;
+    for (int run = 0; run < 3; ++run) {
+        auto dqkv_d = poisoned<float>(tracker, bt * 3 * C);
+        auto scratch_d = poisoned<float>(tracker, tt);
+        attention_forward(dev, out_d.data(), att_d.data(), qkv_d.data(), B, T, C, NH);
+        attention_backward(dev, dqkv_d.data(), scratch_d.data(), dout_d.data(), qkv_d.data(), att_d.data(), B, T, C,
+                           NH);
+        if (run == 0) {
+            first_out = to_host(out_d);
+            first_att = to_host(att_d);
+            first_dqkv = to_host(dqkv_d);
+        } else {
+            const std::string tag = ", run " + std::to_string(run);
+            check_same_bits(to_host(out_d), first_out, "out" + tag);
+            check_same_bits(to_host(att_d), first_att, "att" + tag);
+            check_same_bits(to_host(dqkv_d), first_dqkv, "dqkv" + tag);
+        }
+    }
+}
+
+TEST_CASE("cuda attention rejects bad sizes before launching", "[cuda][attention]") {
+    const Cuda dev{};
+    float* f = nullptr;
+    CHECK_THROWS_WITH(snug::cuda::attention_forward(dev, f, f, f, 2, 8, 50, 3),
+                      Contains("C = 50") && Contains("NH = 3"));
+    CHECK_THROWS_AS(snug::cuda::attention_backward(dev, f, f, f, f, f, 2, 8, 48, 0), snug::ShapeError);
+    CHECK_THROWS_WITH(snug::cuda::attention_backward(dev, f, f, f, f, f, -1, 8, 48, 4), Contains("B = -1"));
+    snug::cuda::attention_forward(dev, f, f, f, 2, 0, 48, 4);  // T = 0: nothing to launch
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}

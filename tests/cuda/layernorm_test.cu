@@ -1,0 +1,241 @@
+// The CUDA LayerNorm against the host kernel on fresh random inputs, outputs
+// poisoned first: forward (out, and the fp32 mean and rstd), backward (dinp,
+// dweight and dbias all accumulate, so they start from random values), for
+// float, bfloat16 and half. Tolerances (DESIGN.md): the statistics and the fp32
+// parameter gradients within 1e-5 for every T, activations within 1e-5 (fp32)
+// or 1e-2 (16-bit), relative to |host| + rms(host). Sizes cover C = 1, C not a
+// multiple of 32, C > 1024, one row and many. The backward must give the same
+// bits on every run. Runs only where a GPU exists.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/cuda/layernorm.cuh"
+#include "snug/host/layernorm.hpp"
+#include "snug/snug.hpp"
+
+using Catch::Matchers::Contains;
+using snug::Cuda;
+using snug::MemoryCategory;
+using snug::MemoryTracker;
+
+namespace {
+
+std::uint64_t fresh_seed() {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+// Uniform in [lo, hi), rounded to T, never zero.
+template <class T>
+std::vector<T> random_values(snug::Generator& rng, std::size_t n, float lo, float hi) {
+    std::vector<T> out(n);
+    for (T& x : out) {
+        do {
+            x = T(lo + (hi - lo) * rng.uniform());
+        } while (static_cast<float>(x) == 0.0f);
+    }
+    return out;
+}
+
+template <class T>
+snug::Buffer<T, Cuda> to_device(MemoryTracker& tracker, const std::vector<T>& host) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, host.size(), "test data");
+    snug::cuda::copy_to_device(d.data(), std::span<const T>(host));
+    return d;
+}
+
+// n elements of 0xFF bytes: NaN in every float type, so an element no kernel
+// wrote shows up. Complete on return, whatever stream runs next.
+template <class T>
+snug::Buffer<T, Cuda> poisoned(MemoryTracker& tracker, std::size_t n) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, n, "poisoned output");
+    snug::cuda::check(cudaMemset(d.data(), 0xFF, d.bytes()));
+    snug::cuda::check(cudaDeviceSynchronize());
+    return d;
+}
+
+template <class T>
+std::vector<T> to_host(const snug::Buffer<T, Cuda>& d) {
+    std::vector<T> out(d.size());
+    snug::cuda::copy_to_host(out.data(), d.data(), d.size());
+    return out;
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+    if constexpr (std::is_same_v<T, float>) {
+        return std::bit_cast<std::uint32_t>(x);
+    } else {
+        return x.bits;
+    }
+}
+
+template <class T>
+void check_same_bits(const std::vector<T>& device, const std::vector<T>& host, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        if (bits_of(device[i]) != bits_of(host[i]) && ++bad <= 5) {
+            FAIL_CHECK(what << "[" << i << "]: device " << static_cast<float>(device[i]) << ", host "
+                            << static_cast<float>(host[i]));
+        }
+    }
+    CHECK(bad == 0);
+}
+
+// fp32: 1e-5; bfloat16 and half: 1e-2 (DESIGN.md).
+template <class T>
+constexpr double tolerance() {
+    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
+}
+
+// |device - host| <= tol * (|host| + rms(host)) elementwise: a relative error
+// with a floor at the reference's root mean square, for elements near zero
+// where cancellation leaves a pure relative error meaningless. A NaN fails.
+template <class T>
+void check_close(const std::vector<T>& device, const std::vector<T>& host, double tol, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    double sum_sq = 0.0;
+    for (const T& h : host) sum_sq += double(static_cast<float>(h)) * double(static_cast<float>(h));
+    const double rms = std::sqrt(sum_sq / double(host.empty() ? 1 : host.size()));
+    std::size_t bad = 0;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        const double d = static_cast<float>(device[i]), h = static_cast<float>(host[i]);
+        if (d == h) continue;
+        const double err = std::abs(d - h) / (std::abs(h) + rms);
+        if (!(err <= tol)) {
+            if (++bad <= 5) {
+                FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h << " (error " << err << ")");
+            }
+        } else if (err > worst) {
+            worst = err;
+        }
+    }
+    INFO(what << ": worst error " << worst << " (tolerance " << tol << ")");
+    CHECK(bad == 0);
+}
+
+template <class T>
+void check_layernorm(snug::Generator& rng, std::int64_t N, int C) {
+    INFO("N = " << N << ", C = " << C);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+    const auto rows = static_cast<std::size_t>(N);
+    const auto inp = random_values<T>(rng, n, -2.0f, 3.0f);  // rows with a mean to remove
+    const auto weight = random_values<T>(rng, static_cast<std::size_t>(C), 0.5f, 1.5f);
+    const auto bias = random_values<T>(rng, static_cast<std::size_t>(C), -0.5f, 0.5f);
+    const auto dout = random_values<T>(rng, n, -1.0f, 1.0f);
+    const auto dinp0 = random_values<T>(rng, n, -1.0f, 1.0f);
+    const auto dweight0 = random_values<float>(rng, static_cast<std::size_t>(C), -1.0f, 1.0f);
+    const auto dbias0 = random_values<float>(rng, static_cast<std::size_t>(C), -1.0f, 1.0f);
+
+    auto inp_d = to_device(tracker, inp);
+    auto weight_d = to_device(tracker, weight);
+    auto bias_d = to_device(tracker, bias);
+    auto out_d = poisoned<T>(tracker, n);
+    auto mean_d = poisoned<float>(tracker, rows);
+    auto rstd_d = poisoned<float>(tracker, rows);
+    layernorm_forward(dev, out_d.data(), mean_d.data(), rstd_d.data(), inp_d.data(), weight_d.data(), bias_d.data(),
+                      N, C);
+    std::vector<T> out(n);
+    std::vector<float> mean(rows), rstd(rows);
+    layernorm_forward(host, out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    check_close(to_host(out_d), out, tolerance<T>(), "out");
+    check_close(to_host(mean_d), mean, 1e-5, "mean");
+    check_close(to_host(rstd_d), rstd, 1e-5, "rstd");
+
+    // The backward from the host's statistics, on both sides.
+    auto host_mean_d = to_device(tracker, mean);
+    auto host_rstd_d = to_device(tracker, rstd);
+    auto dout_d = to_device(tracker, dout);
+    auto dinp_d = to_device(tracker, dinp0);
+    auto dweight_d = to_device(tracker, dweight0);
+    auto dbias_d = to_device(tracker, dbias0);
+    layernorm_backward(dev, dinp_d.data(), dweight_d.data(), dbias_d.data(), dout_d.data(), inp_d.data(),
+                       weight_d.data(), host_mean_d.data(), host_rstd_d.data(), N, C);
+    std::vector<T> dinp = dinp0;
+    std::vector<float> dweight = dweight0, dbias = dbias0;
+    layernorm_backward(host, dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                       mean.data(), rstd.data(), N, C);
+    check_close(to_host(dinp_d), dinp, tolerance<T>(), "dinp");
+    check_close(to_host(dweight_d), dweight, 1e-5, "dweight");
+    check_close(to_host(dbias_d), dbias, 1e-5, "dbias");
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda][layernorm]", float, snug::bfloat16,
+                   snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const std::pair<std::int64_t, int> sizes[] = {{1, 1}, {3, 1}, {1, 37}, {7, 100}, {64, 768}, {1000, 33}, {5, 1601}};
+    for (const auto& [N, C] : sizes) check_layernorm<TestType>(rng, N, C);
+}
+
+TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[cuda][layernorm]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    MemoryTracker tracker;
+    cudaStream_t stream = nullptr;
+    snug::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const Cuda dev{stream};
+    const std::int64_t N = 4099;
+    const int C = 768;
+    const auto n = static_cast<std::size_t>(N) * C;
+    auto inp_d = to_device(tracker, random_values<float>(rng, n, -2.0f, 3.0f));
+    auto weight_d = to_device(tracker, random_values<float>(rng, C, 0.5f, 1.5f));
+    auto bias_d = to_device(tracker, random_values<float>(rng, C, -0.5f, 0.5f));
+    auto dout_d = to_device(tracker, random_values<float>(rng, n, -1.0f, 1.0f));
+    const auto dinp0 = random_values<float>(rng, n, -1.0f, 1.0f);
+    const auto dweight0 = random_values<float>(rng, C, -1.0f, 1.0f);
+    auto out_d = poisoned<float>(tracker, n);
+    auto mean_d = poisoned<float>(tracker, static_cast<std::size_t>(N));
+    auto rstd_d = poisoned<float>(tracker, static_cast<std::size_t>(N));
+    layernorm_forward(dev, out_d.data(), mean_d.data(), rstd_d.data(), inp_d.data(), weight_d.data(), bias_d.data(),
+                      N, C);
+    std::vector<float> first_dinp, first_dweight, first_dbias;
+    for (int run = 0; run < 3; ++run) {
+        auto dinp_d = to_device(tracker, dinp0);
+        auto dweight_d = to_device(tracker, dweight0);
+        auto dbias_d = to_device(tracker, dweight0);
+        layernorm_backward(dev, dinp_d.data(), dweight_d.data(), dbias_d.data(), dout_d.data(), inp_d.data(),
+                           weight_d.data(), mean_d.data(), rstd_d.data(), N, C);
+        dev.synchronize();  // the copies below run on the default stream, which does not wait for this one
+        if (run == 0) {
+            first_dinp = to_host(dinp_d);
+            first_dweight = to_host(dweight_d);
+            first_dbias = to_host(dbias_d);
+        } else {
+            const std::string tag = ", run " + std::to_string(run);
+            check_same_bits(to_host(dinp_d), first_dinp, "dinp" + tag);
+            check_same_bits(to_host(dweight_d), first_dweight, "dweight" + tag);
+            check_same_bits(to_host(dbias_d), first_dbias, "dbias" + tag);
+        }
+    }
+    snug::cuda::check(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("cuda layernorm rejects bad sizes before launching", "[cuda][layernorm]") {
+    const Cuda dev{};
+    float* f = nullptr;
+    CHECK_THROWS_WITH(snug::cuda::layernorm_forward(dev, f, f, f, f, f, f, -2, 8),
+                      Contains("layernorm_forward") && Contains("N = -2"));
+    CHECK_THROWS_WITH(snug::cuda::layernorm_backward(dev, f, f, f, f, f, f, f, f, 4, 0), Contains("C = 0"));
+    CHECK_THROWS_AS(snug::cuda::layernorm_backward(dev, f, f, f, f, f, f, f, f, 4, -1), snug::ShapeError);
+    snug::cuda::layernorm_forward(dev, f, f, f, f, f, f, 0, 8);  // no rows: nothing to launch
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}

@@ -1,0 +1,268 @@
+// The CUDA optimizer kernels against the host kernels on fresh random inputs,
+// outputs poisoned first: adamw_update (fp32 master weights and moments, and
+// a float, bfloat16 or half working copy, or none) and sum_squares. AdamW is
+// one chain of fp32 operations per element that the CUDA kernel performs in
+// the host's order without fused multiply-adds, so the test asks for the
+// host's bits (stronger than the 1e-5 tolerance). sum_squares accumulates in
+// double on both sides, in different orders: within 1e-6 of the host (fp32
+// tolerance 1e-5), and the same bits on every run. Sizes cover one element and
+// odd counts larger than one grid. Runs only where a GPU exists.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/cuda/adamw.cuh"
+#include "snug/cuda/norms.cuh"
+#include "snug/host/adamw.hpp"
+#include "snug/host/norms.hpp"
+#include "snug/snug.hpp"
+
+using Catch::Matchers::Contains;
+using snug::Cuda;
+using snug::MemoryCategory;
+using snug::MemoryTracker;
+
+namespace {
+
+std::uint64_t fresh_seed() {
+    std::random_device device;
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+// Uniform in [lo, hi), rounded to T, never zero.
+template <class T>
+std::vector<T> random_values(snug::Generator& rng, std::size_t n, float lo, float hi) {
+    std::vector<T> out(n);
+    for (T& x : out) {
+        do {
+            x = T(lo + (hi - lo) * rng.uniform());
+        } while (static_cast<float>(x) == 0.0f);
+    }
+    return out;
+}
+
+template <class T>
+snug::Buffer<T, Cuda> to_device(MemoryTracker& tracker, const std::vector<T>& host) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, host.size(), "test data");
+    snug::cuda::copy_to_device(d.data(), std::span<const T>(host));
+    return d;
+}
+
+// n elements of 0xFF bytes: NaN in every float type, so an element no kernel
+// wrote shows up. Complete on return, whatever stream runs next.
+template <class T>
+snug::Buffer<T, Cuda> poisoned(MemoryTracker& tracker, std::size_t n) {
+    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, n, "poisoned output");
+    snug::cuda::check(cudaMemset(d.data(), 0xFF, d.bytes()));
+    snug::cuda::check(cudaDeviceSynchronize());
+    return d;
+}
+
+template <class T>
+std::vector<T> to_host(const snug::Buffer<T, Cuda>& d) {
+    std::vector<T> out(d.size());
+    snug::cuda::copy_to_host(out.data(), d.data(), d.size());
+    return out;
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+    if constexpr (std::is_same_v<T, float>) {
+        return std::bit_cast<std::uint32_t>(x);
+    } else {
+        return x.bits;
+    }
+}
+
+template <class T>
+void check_same_bits(const std::vector<T>& device, const std::vector<T>& host, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        if (bits_of(device[i]) != bits_of(host[i]) && ++bad <= 5) {
+            FAIL_CHECK(what << "[" << i << "]: device " << static_cast<float>(device[i]) << ", host "
+                            << static_cast<float>(host[i]));
+        }
+    }
+    CHECK(bad == 0);
+}
+
+// fp32: 1e-5; bfloat16 and half: 1e-2 (DESIGN.md).
+template <class T>
+constexpr double tolerance() {
+    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
+}
+
+// |device - host| <= tol * (|host| + rms(host)) elementwise: a relative error
+// with a floor at the reference's root mean square, for elements near zero
+// where cancellation leaves a pure relative error meaningless. A NaN fails.
+template <class T>
+void check_close(const std::vector<T>& device, const std::vector<T>& host, double tol, const std::string& what) {
+    REQUIRE(device.size() == host.size());
+    double sum_sq = 0.0;
+    for (const T& h : host) sum_sq += double(static_cast<float>(h)) * double(static_cast<float>(h));
+    const double rms = std::sqrt(sum_sq / double(host.empty() ? 1 : host.size()));
+    std::size_t bad = 0;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+        const double d = static_cast<float>(device[i]), h = static_cast<float>(host[i]);
+        if (d == h) continue;
+        const double err = std::abs(d - h) / (std::abs(h) + rms);
+        if (!(err <= tol)) {
+            if (++bad <= 5) {
+                FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h << " (error " << err << ")");
+            }
+        } else if (err > worst) {
+            worst = err;
+        }
+    }
+    INFO(what << ": worst error " << worst << " (tolerance " << tol << ")");
+    CHECK(bad == 0);
+}
+
+struct AdamWArgs {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;
+    float grad_scale;
+};
+
+// One update on both sides from the same state; `T` is the working copy's
+// type, void for none.
+template <class T>
+void check_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a) {
+    INFO("n = " << n << ", step " << a.step << ", weight decay " << a.weight_decay << ", grad scale "
+                  << a.grad_scale);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const auto count = static_cast<std::size_t>(n);
+    std::vector<float> master = random_values<float>(rng, count, -1.0f, 1.0f);
+    const auto grad = random_values<float>(rng, count, -2.0f, 2.0f);
+    std::vector<float> m = random_values<float>(rng, count, -0.1f, 0.1f);
+    std::vector<float> v = random_values<float>(rng, count, 1e-6f, 1e-2f);
+    auto master_d = to_device(tracker, master);
+    auto grad_d = to_device(tracker, grad);
+    auto m_d = to_device(tracker, m);
+    auto v_d = to_device(tracker, v);
+    if constexpr (std::is_void_v<T>) {
+        adamw_update(dev, master_d.data(), nullptr, grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1, a.beta2,
+                     a.eps, a.weight_decay, a.step, a.grad_scale);
+        adamw_update(host, master.data(), nullptr, grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps,
+                     a.weight_decay, a.step, a.grad_scale);
+    } else {
+        auto working_d = poisoned<T>(tracker, count);
+        std::vector<T> working(count);
+        adamw_update(dev, master_d.data(), working_d.data(), grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1,
+                     a.beta2, a.eps, a.weight_decay, a.step, a.grad_scale);
+        adamw_update(host, master.data(), working.data(), grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2,
+                     a.eps, a.weight_decay, a.step, a.grad_scale);
+        check_same_bits(to_host(working_d), working, "working");
+    }
+    check_same_bits(to_host(master_d), master, "master");
+    check_same_bits(to_host(m_d), m, "m");
+    check_same_bits(to_host(v_d), v, "v");
+}
+
+template <class T>
+void check_adamw_sizes(snug::Generator& rng) {
+    const AdamWArgs args[] = {
+        {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f},
+        {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 7, 0.25f},
+        {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
+    };
+    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{1001}}) {
+        for (const auto& a : args) check_adamw<T>(rng, n, a);
+    }
+    // More elements than one pass of the grid (65536 blocks of 256 threads).
+    check_adamw<T>(rng, 20'000'003, args[0]);
+}
+
+}  // namespace
+
+TEST_CASE("cuda adamw_update gives the host's bits, with every working copy and without one", "[cuda][adamw]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    SECTION("no working copy") { check_adamw_sizes<void>(rng); }
+    SECTION("float working copy") { check_adamw_sizes<float>(rng); }
+    SECTION("bfloat16 working copy") { check_adamw_sizes<snug::bfloat16>(rng); }
+    SECTION("half working copy") { check_adamw_sizes<snug::half>(rng); }
+}
+
+TEST_CASE("cuda adamw_update rejects bad arguments before launching", "[cuda][adamw]") {
+    const Cuda dev{};
+    float* f = nullptr;
+    CHECK_THROWS_WITH(snug::cuda::adamw_update(dev, f, f, f, f, f, -5, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f),
+                      Contains("adamw_update") && Contains("n = -5"));
+    CHECK_THROWS_WITH(snug::cuda::adamw_update(dev, f, nullptr, f, f, f, 8, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1.0f),
+                      Contains("step = 0"));
+    CHECK_THROWS_AS(snug::cuda::adamw_update(dev, f, nullptr, f, f, f, 8, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1.0f),
+                    snug::ConfigError);
+    snug::cuda::adamw_update(dev, f, nullptr, f, f, f, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+TEST_CASE("cuda sum_squares matches the host's double sum and is deterministic", "[cuda][norms]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const snug::Host host;
+    const Cuda dev{};
+    for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{1000}, std::int64_t{300'007},
+                                 std::int64_t{5'000'017}}) {
+        INFO("n = " << n);
+        MemoryTracker tracker;
+        const auto count = static_cast<std::size_t>(n);
+        // Magnitudes over six decades, so the small terms matter to the sum's low bits.
+        std::vector<float> grad = random_values<float>(rng, count, -1.0f, 1.0f);
+        for (float& g : grad) g *= std::pow(10.0f, -3.0f * rng.uniform());
+        auto grad_d = to_device(tracker, grad);
+        auto out_d = poisoned<float>(tracker, 1);
+        snug::cuda::sum_squares(dev, out_d.data(), grad_d.data(), n);
+        float expected = -1.0f;
+        snug::host::sum_squares(host, &expected, grad.data(), n);
+        const float first = to_host(out_d)[0];
+        if (n == 0) {
+            CHECK(first == 0.0f);
+        } else {
+            CHECK(std::abs(double(first) - expected) <= 1e-6 * expected);
+        }
+        for (int run = 0; run < 2; ++run) {
+            auto again_d = poisoned<float>(tracker, 1);
+            sum_squares(dev, again_d.data(), grad_d.data(), n);
+            CHECK(std::bit_cast<std::uint32_t>(to_host(again_d)[0]) == std::bit_cast<std::uint32_t>(first));
+        }
+    }
+}
+
+TEST_CASE("cuda sum_squares: inf past float's range, and inf or NaN elements propagate", "[cuda][norms]") {
+    MemoryTracker tracker;
+    const Cuda dev{};
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto result = [&](const std::vector<float>& x) {
+        auto x_d = to_device(tracker, x);
+        auto out_d = poisoned<float>(tracker, 1);
+        snug::cuda::sum_squares(dev, out_d.data(), x_d.data(), static_cast<std::int64_t>(x.size()));
+        return to_host(out_d)[0];
+    };
+    std::vector<float> big(5000, 1e20f);  // each square 1e40: finite in double, the sum is not a float
+    CHECK(result(big) == inf);
+    std::vector<float> ones(4096, 1.0f);
+    CHECK(result(ones) == 4096.0f);
+    ones[1234] = -inf;
+    CHECK(result(ones) == inf);
+    ones[99] = nan;
+    CHECK(std::isnan(result(ones)));
+    CHECK_THROWS_WITH(snug::cuda::sum_squares(dev, nullptr, nullptr, -3),
+                      Contains("sum_squares") && Contains("n = -3"));
+}
