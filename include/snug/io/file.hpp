@@ -1,0 +1,81 @@
+// Whole-file reads and crash-safe writes: a file is written under a temporary
+// name in the same directory and renamed over the target only once complete,
+// so a crash or a full disk never leaves a half-written file behind.
+#pragma once
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "snug/core/error.hpp"
+
+namespace snug::io {
+
+// The whole file as bytes; FileError names the file and the reason.
+inline std::vector<unsigned char> read_file(const std::filesystem::path& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) throw FileError(path.string() + ": cannot open for reading: " + std::strerror(errno));
+    std::vector<unsigned char> data;
+    unsigned char chunk[1 << 16];
+    std::size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) data.insert(data.end(), chunk, chunk + got);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) throw FileError(path.string() + ": read error");
+    return data;
+}
+
+// Sink for atomic_write: appends bytes to the temporary file.
+class FileWriter {
+public:
+    explicit FileWriter(std::FILE* f) : f_(f) {}
+    void write(const void* data, std::size_t bytes) {
+        if (bytes != 0 && std::fwrite(data, 1, bytes, f_) != bytes) failed_ = true;
+    }
+    bool failed() const { return failed_; }
+
+private:
+    std::FILE* f_;
+    bool failed_ = false;
+};
+
+// Writes `path` through `fill(writer)`: into "<path>.tmp-<pid>", flushed and
+// synced, then renamed over `path`. On any failure (including an exception from
+// `fill`) the temporary file is removed and `path` is left as it was.
+inline void atomic_write(const std::filesystem::path& path, const std::function<void(FileWriter&)>& fill) {
+    const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr) throw FileError(tmp.string() + ": cannot open for writing: " + std::strerror(errno));
+    auto fail = [&](const std::string& why) {
+        std::fclose(f);
+        std::remove(tmp.c_str());
+        throw FileError(path.string() + ": " + why + "; the previous file, if any, is unchanged");
+    };
+    FileWriter writer(f);
+    try {
+        fill(writer);
+    } catch (...) {
+        std::fclose(f);
+        std::remove(tmp.c_str());
+        throw;
+    }
+    if (writer.failed() || std::fflush(f) != 0) fail(std::string("write failed: ") + std::strerror(errno));
+    if (::fsync(::fileno(f)) != 0) fail(std::string("sync failed: ") + std::strerror(errno));
+    if (std::fclose(f) != 0) {
+        std::remove(tmp.c_str());
+        throw FileError(path.string() + ": close failed: " + std::strerror(errno));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const std::string why = std::strerror(errno);
+        std::remove(tmp.c_str());
+        throw FileError(path.string() + ": rename from the temporary file failed: " + why);
+    }
+}
+
+}  // namespace snug::io

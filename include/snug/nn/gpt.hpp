@@ -1,0 +1,250 @@
+// GPT<Act, D>: a GPT-2 model — token and position embeddings, L pre-LayerNorm
+// transformer blocks, a final LayerNorm and the output head tied to the token
+// embedding — with an explicit forward (which also computes the loss and,
+// when training, the gradient of the logits) and backward.
+//
+//   Act: activation and working-weight type (float, bfloat16, half)
+//   D: device tag (snug::Host, snug::Cuda)
+//
+// It owns its working weights (MemoryCategory::parameters) and their fp32
+// gradients (MemoryCategory::gradients), one contiguous buffer each, in
+// llm.c's order (nn/gpt_parameters.hpp). Master weights and optimizer state
+// belong to the optimizer; activations to the Context's arenas.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/core/buffer.hpp"
+#include "snug/core/half.hpp"
+#include "snug/core/memory_tracker.hpp"
+#include "snug/core/rng.hpp"
+#include "snug/core/tensor.hpp"
+#include "snug/nn/context.hpp"
+#include "snug/nn/gpt_config.hpp"
+#include "snug/nn/gpt_parameters.hpp"
+#include "snug/nn/ops.hpp"
+#include "snug/nn/transformer_block.hpp"
+
+namespace snug {
+
+// GPT-2's initialisation, in fp32 on the host, deterministic in `seed`: matmul
+// weights and embeddings N(0, 0.02), the two residual projections of each block
+// N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
+inline std::vector<float> gpt_initial_weights(const GPTConfig& c, std::uint64_t seed) {
+    c.validate();
+    const GPTLayout layout(c);
+    std::vector<float> w(static_cast<std::size_t>(layout.total()), 0.0f);
+    Generator rng(seed);
+    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+    for (int i = 0; i < gpt_tensor_count; ++i) {
+        const auto t = static_cast<GPTTensor>(i);
+        float* p = w.data() + layout.offset(t);
+        std::int64_t n = gpt_tensor_shape(c, t).numel();
+        switch (t) {
+            case GPTTensor::ln1w: case GPTTensor::ln2w: case GPTTensor::lnfw:
+                for (std::int64_t j = 0; j < n; ++j) p[j] = 1.0f;
+                break;
+            case GPTTensor::wte:
+                n = static_cast<std::int64_t>(c.vocab_size) * c.channels;  // padded rows stay 0
+                [[fallthrough]];
+            case GPTTensor::wpe: case GPTTensor::qkvw: case GPTTensor::fcw:
+                for (std::int64_t j = 0; j < n; ++j) p[j] = 0.02f * rng.normal();
+                break;
+            case GPTTensor::attprojw: case GPTTensor::fcprojw:
+                for (std::int64_t j = 0; j < n; ++j) p[j] = residual_std * rng.normal();
+                break;
+            default:
+                break;  // biases: 0
+        }
+    }
+    return w;
+}
+
+template <class Act, DeviceTag D>
+class GPT {
+public:
+    using value_type = Act;
+    using device_type = D;
+
+    GPT(const GPTConfig& config, MemoryTracker& tracker)
+        : config_((config.validate(), config)),
+          params_(tracker, MemoryCategory::parameters, static_cast<std::size_t>(GPTLayout(config).total()),
+                  "GPT parameters"),
+          grads_(tracker, MemoryCategory::gradients, static_cast<std::size_t>(GPTLayout(config).total()),
+                 "GPT gradients") {
+        if constexpr (!std::is_same_v<D, Host>) {
+            // Every tensor and per-layer slice starts at a multiple of C
+            // elements; GPU GEMMs need 16-byte aligned operands.
+            if (config_.channels % 8 != 0)
+                throw ConfigError("GPT on " + std::string(D::name) + ": channels (" +
+                                  std::to_string(config_.channels) + ") must be a multiple of 8");
+        }
+        const GPTTensors<Act> w(params_.data(), config_);
+        const GPTTensors<float> g(grads_.data(), config_);
+        blocks_.reserve(static_cast<std::size_t>(config_.n_layer));
+        for (int l = 0; l < config_.n_layer; ++l)
+            blocks_.emplace_back(config_.channels, config_.n_head, block_tensors<const Act>(w, l),
+                                 block_tensors<float>(g, l));
+    }
+
+    const GPTConfig& config() const { return config_; }
+    std::int64_t num_parameters() const { return static_cast<std::int64_t>(params_.size()); }
+    Act* parameters() { return params_.data(); }
+    float* gradients() { return grads_.data(); }
+    GPTTensors<Act> parameter_tensors() { return {params_.data(), config_}; }
+    GPTTensors<float> gradient_tensors() { return {grads_.data(), config_}; }
+
+    // Sets the working weights from fp32 host values (rounded to Act).
+    void load_weights(const D& dev, const std::vector<float>& host_weights) {
+        if (static_cast<std::int64_t>(host_weights.size()) != num_parameters())
+            throw ShapeError("GPT weights: expected " + std::to_string(num_parameters()) + " values, got " +
+                             std::to_string(host_weights.size()));
+        std::vector<Act> rounded(host_weights.size());
+        for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = Act(host_weights[i]);
+        upload(dev, params_.data(), rounded.data(), num_parameters());
+    }
+
+    void zero_grad(const D& dev) { fill_zero(dev, grads_.data(), num_parameters()); }
+
+    // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
+    // computes the per-token cross-entropy and returns its mean; with dloss != 0
+    // it also turns the logits into their gradient for backward, where dloss is
+    // d(objective)/d(each token's loss), e.g. loss_scale / (B T accumulation_steps).
+    // Then backward() must follow; otherwise release() ends the pass (the logits,
+    // (B, T, Vp), stay readable until then). Without targets the result is NaN.
+    float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
+                  float dloss) {
+        if (pending_ != Pending::none)
+            throw Error("GPT::forward: the previous pass was not finished (call backward() or release())");
+        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
+            throw ShapeError("GPT::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
+                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
+        if (dloss != 0.0f && targets == nullptr)
+            throw Error("GPT::forward: a training pass (dloss != 0) needs targets");
+        B_ = B;
+        T_ = T;
+        const std::int64_t N = std::int64_t{B} * T, C = config_.channels, Vp = config_.padded_vocab_size;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        mark_ = a.mark();
+        const GPTTensors<Act> w(params_.data(), config_);
+
+        residual_.clear();
+        residual_.push_back(a.template push<Act>(N * C, "embedding"));
+        encoder_forward(dev, residual_[0], tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
+        for (int l = 0; l < config_.n_layer; ++l) {
+            residual_.push_back(a.template push<Act>(N * C, "block output"));
+            blocks_[static_cast<std::size_t>(l)].forward(ctx, view(residual_[static_cast<std::size_t>(l)]),
+                                                         view(residual_[static_cast<std::size_t>(l) + 1]));
+        }
+        lnf_ = a.template push<Act>(N * C, "lnf");
+        lnf_mean_ = a.template push<float>(N, "lnf mean");
+        lnf_rstd_ = a.template push<float>(N, "lnf rstd");
+        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, residual_.back(), w[GPTTensor::lnfw],
+                          w[GPTTensor::lnfb], N, config_.channels);
+        logits_ = a.template push<Act>(N * Vp, "logits");
+        linear_forward(dev, logits_, lnf_, w[GPTTensor::wte], static_cast<const Act*>(nullptr), N, config_.channels,
+                       config_.padded_vocab_size);
+        pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
+        if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+
+        float* losses = a.template push<float>(N, "losses");
+        softmax_cross_entropy(dev, losses, logits_, targets, N, config_.vocab_size, config_.padded_vocab_size,
+                              dloss);
+        std::vector<float> host_losses(static_cast<std::size_t>(N));
+        download(dev, host_losses.data(), losses, N);
+        a.pop(losses);
+        double sum = 0.0;
+        for (float l : host_losses) sum += l;
+        return static_cast<float>(sum / static_cast<double>(N));
+    }
+
+    // Logits (B, T, Vp) of the last forward, valid until backward() or release().
+    TensorView<Act, D> logits() const {
+        if (pending_ == Pending::none) throw Error("GPT::logits: no forward pass is in progress");
+        return {logits_, {B_, T_, config_.padded_vocab_size}};
+    }
+
+    // Adds this pass's parameter gradients into gradients() (fp32) and frees
+    // the pass's activations.
+    void backward(Context<D>& ctx, const std::int32_t* tokens) {
+        if (pending_ != Pending::backward)
+            throw Error("GPT::backward: needs a preceding forward() with targets and dloss != 0");
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const int C = config_.channels;
+        const D& dev = ctx.device;
+        auto& tmp = ctx.scratch;
+        const auto scratch_mark = tmp.mark();
+        const GPTTensors<Act> w(params_.data(), config_);
+        const GPTTensors<float> g(grads_.data(), config_);
+
+        Act* dlnf = tmp.template push<Act>(N * C, "d lnf");
+        linear_backward(dev, dlnf, g[GPTTensor::wte], static_cast<float*>(nullptr), logits_, lnf_,
+                        w[GPTTensor::wte], N, C, config_.padded_vocab_size);
+        Act* dres = tmp.template push<Act>(N * C, "d residual");
+        Act* dnext = tmp.template push<Act>(N * C, "d residual (other)");
+        fill_zero(dev, dres, N * C);
+        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf, residual_.back(),
+                           w[GPTTensor::lnfw], lnf_mean_, lnf_rstd_, N, C);
+        // The blocks release their own activations; lnf's and the logits go last.
+        for (int l = config_.n_layer - 1; l >= 0; --l) {
+            blocks_[static_cast<std::size_t>(l)].backward(ctx, view(residual_[static_cast<std::size_t>(l)]),
+                                                          view(dres), view(dnext));
+            std::swap(dres, dnext);
+        }
+        encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B_, T_, C);
+        tmp.release_to(scratch_mark);
+        ctx.activations.release_to(mark_);
+        pending_ = Pending::none;
+    }
+
+    // Ends a forward pass that is not followed by backward (evaluation, sampling).
+    void release(Context<D>& ctx) {
+        if (pending_ == Pending::none) return;
+        if (pending_ == Pending::backward)
+            throw Error("GPT::release: this forward pass was a training pass; call backward()");
+        ctx.activations.release_to(mark_);
+        pending_ = Pending::none;
+    }
+
+    // Mean validation loss of one batch, leaving no trace in the gradients.
+    float evaluate(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
+        const float loss = forward(ctx, tokens, targets, B, T, 0.0f);
+        release(ctx);
+        return loss;
+    }
+
+private:
+    enum class Pending { none, backward, release };
+
+    template <class P, class Q>
+    static BlockTensors<P> block_tensors(const GPTTensors<Q>& t, int l) {
+        return {t.layer(GPTTensor::ln1w, l), t.layer(GPTTensor::ln1b, l), t.layer(GPTTensor::qkvw, l),
+                t.layer(GPTTensor::qkvb, l), t.layer(GPTTensor::attprojw, l), t.layer(GPTTensor::attprojb, l),
+                t.layer(GPTTensor::ln2w, l), t.layer(GPTTensor::ln2b, l), t.layer(GPTTensor::fcw, l),
+                t.layer(GPTTensor::fcb, l), t.layer(GPTTensor::fcprojw, l), t.layer(GPTTensor::fcprojb, l)};
+    }
+
+    TensorView<Act, D> view(Act* p) const { return {p, {B_, T_, config_.channels}}; }
+
+    GPTConfig config_;
+    Buffer<Act, D> params_;
+    Buffer<float, D> grads_;
+    std::vector<TransformerBlock<Act, D>> blocks_;
+    // The current pass.
+    Pending pending_ = Pending::none;
+    int B_ = 0, T_ = 0;
+    typename ActivationArena<D>::Mark mark_{};
+    std::vector<Act*> residual_;  // L + 1 tensors (B, T, C): embedding, then each block's output
+    Act* lnf_ = nullptr;
+    float* lnf_mean_ = nullptr;
+    float* lnf_rstd_ = nullptr;
+    Act* logits_ = nullptr;
+};
+
+}  // namespace snug

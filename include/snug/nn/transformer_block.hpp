@@ -1,0 +1,157 @@
+// TransformerBlock<Act, D>: one pre-LayerNorm GPT-2 block, a Layer.
+//   x ─► ln1 ─► qkv ─► attention ─► c_proj ─(+x)─► r ─► ln2 ─► fc ─► gelu ─► fc_proj ─(+r)─► out
+// Forward saves every intermediate in ctx.activations; backward uses them and
+// releases them; its own temporaries live in ctx.scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "snug/core/tensor.hpp"
+#include "snug/nn/context.hpp"
+#include "snug/nn/layer.hpp"
+#include "snug/nn/ops.hpp"
+
+namespace snug {
+
+// Pointers to one block's tensors (weights, or their fp32 gradients).
+template <class P>
+struct BlockTensors {
+    P* ln1w;      // (C)
+    P* ln1b;      // (C)
+    P* qkvw;      // (3C, C)
+    P* qkvb;      // (3C)
+    P* attprojw;  // (C, C)
+    P* attprojb;  // (C)
+    P* ln2w;      // (C)
+    P* ln2b;      // (C)
+    P* fcw;       // (4C, C)
+    P* fcb;       // (4C)
+    P* fcprojw;   // (C, 4C)
+    P* fcprojb;   // (C)
+};
+
+//   Act: activation and working-weight type (float, bfloat16, half)
+//   D: device tag
+template <class Act, DeviceTag D>
+class TransformerBlock {
+public:
+    using value_type = Act;
+    using device_type = D;
+
+    TransformerBlock(int channels, int heads, BlockTensors<const Act> weights, BlockTensors<float> grads)
+        : C_(channels), NH_(heads), w_(weights), g_(grads) {
+        if (channels <= 0 || heads <= 0 || channels % heads != 0)
+            throw ShapeError("TransformerBlock: channels " + std::to_string(channels) +
+                             " must be a positive multiple of heads " + std::to_string(heads));
+    }
+
+    Shape output_shape(const Shape& in) const { return in; }
+
+    void forward(Context<D>& ctx, TensorView<const Act, D> x /*(B,T,C)*/, TensorView<Act, D> out /*(B,T,C)*/) {
+        check_input(x);
+        expect_shape(out, x.shape(), "TransformerBlock output");
+        B_ = static_cast<int>(x.size(0));
+        T_ = static_cast<int>(x.size(1));
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        mark_ = a.mark();
+
+        s_.ln1 = a.template push<Act>(N * C_, "ln1");
+        s_.ln1_mean = a.template push<float>(N, "ln1 mean");
+        s_.ln1_rstd = a.template push<float>(N, "ln1 rstd");
+        layernorm_forward(dev, s_.ln1, s_.ln1_mean, s_.ln1_rstd, x.data(), w_.ln1w, w_.ln1b, N, C_);
+
+        s_.qkv = a.template push<Act>(N * 3 * C_, "qkv");
+        linear_forward(dev, s_.qkv, s_.ln1, w_.qkvw, w_.qkvb, N, C_, 3 * C_);
+
+        s_.att = a.template push<Act>(std::int64_t{B_} * NH_ * T_ * T_, "attention probabilities");
+        s_.atty = a.template push<Act>(N * C_, "attention output");
+        attention_forward(dev, s_.atty, s_.att, s_.qkv, B_, T_, C_, NH_);
+
+        s_.res = a.template push<Act>(N * C_, "residual 2");
+        linear_forward(dev, s_.res, s_.atty, w_.attprojw, w_.attprojb, N, C_, C_);
+        add_inplace(dev, s_.res, x.data(), N * C_);
+
+        s_.ln2 = a.template push<Act>(N * C_, "ln2");
+        s_.ln2_mean = a.template push<float>(N, "ln2 mean");
+        s_.ln2_rstd = a.template push<float>(N, "ln2 rstd");
+        layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
+
+        s_.fch = a.template push<Act>(N * 4 * C_, "mlp hidden");
+        linear_forward(dev, s_.fch, s_.ln2, w_.fcw, w_.fcb, N, C_, 4 * C_);
+        s_.fch_gelu = a.template push<Act>(N * 4 * C_, "mlp gelu");
+        gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
+
+        linear_forward(dev, out.data(), s_.fch_gelu, w_.fcprojw, w_.fcprojb, N, 4 * C_, C_);
+        add_inplace(dev, out.data(), s_.res, N * C_);
+    }
+
+    void backward(Context<D>& ctx, TensorView<const Act, D> x /*(B,T,C)*/, TensorView<const Act, D> dout /*(B,T,C)*/,
+                  TensorView<Act, D> dx /*(B,T,C)*/) {
+        check_input(x);
+        expect_shape(dout, x.shape(), "TransformerBlock output gradient");
+        expect_shape(dx, x.shape(), "TransformerBlock input gradient");
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const D& dev = ctx.device;
+        auto& tmp = ctx.scratch;
+        const auto scratch_mark = tmp.mark();
+
+        // MLP: out = r + fc_proj(gelu(fc(ln2(r))))
+        Act* dh = tmp.template push<Act>(N * 4 * C_, "d mlp hidden");
+        linear_backward(dev, dh, g_.fcprojw, g_.fcprojb, dout.data(), s_.fch_gelu, w_.fcprojw, N, 4 * C_, C_);
+        gelu_backward(dev, dh, s_.fch, dh, N * 4 * C_);
+        Act* dln = tmp.template push<Act>(N * C_, "d layernorm out");
+        linear_backward(dev, dln, g_.fcw, g_.fcb, dh, s_.ln2, w_.fcw, N, C_, 4 * C_);
+        Act* dres = tmp.template push<Act>(N * C_, "d residual 2");
+        copy(dev, dres, dout.data(), N * C_);
+        layernorm_backward(dev, dres, g_.ln2w, g_.ln2b, dln, s_.res, w_.ln2w, s_.ln2_mean, s_.ln2_rstd, N, C_);
+
+        // Attention: r = x + c_proj(attention(qkv(ln1(x))))
+        Act* datty = dln;  // (N, C), free again
+        linear_backward(dev, datty, g_.attprojw, g_.attprojb, dres, s_.atty, w_.attprojw, N, C_, C_);
+        Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
+        Act* att_scratch = tmp.template push<Act>(std::int64_t{B_} * NH_ * T_ * T_, "d attention");
+        attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);
+        Act* dln1 = datty;  // (N, C), free again
+        linear_backward(dev, dln1, g_.qkvw, g_.qkvb, dqkv, s_.ln1, w_.qkvw, N, C_, 3 * C_);
+        copy(dev, dx.data(), dres, N * C_);
+        layernorm_backward(dev, dx.data(), g_.ln1w, g_.ln1b, dln1, x.data(), w_.ln1w, s_.ln1_mean, s_.ln1_rstd, N,
+                           C_);
+
+        tmp.release_to(scratch_mark);
+        ctx.activations.release_to(mark_);
+    }
+
+private:
+    void check_input(const TensorView<const Act, D>& x) const {
+        if (x.rank() != 3 || x.size(2) != C_)
+            throw ShapeError("TransformerBlock input: expected (B, T, " + std::to_string(C_) + "), got " +
+                             x.shape().str());
+    }
+
+    // What forward saved for backward (pointers into ctx.activations).
+    struct Saved {
+        Act* ln1;         // (N, C)
+        float* ln1_mean;  // (N)
+        float* ln1_rstd;  // (N)
+        Act* qkv;         // (N, 3C)
+        Act* att;         // (B, NH, T, T)
+        Act* atty;        // (N, C)
+        Act* res;         // (N, C) x + attention branch
+        Act* ln2;         // (N, C)
+        float* ln2_mean;  // (N)
+        float* ln2_rstd;  // (N)
+        Act* fch;         // (N, 4C)
+        Act* fch_gelu;    // (N, 4C)
+    };
+
+    int C_, NH_;
+    BlockTensors<const Act> w_;
+    BlockTensors<float> g_;
+    int B_ = 0, T_ = 0;
+    Saved s_{};
+    typename ActivationArena<D>::Mark mark_{};
+};
+
+}  // namespace snug

@@ -1,0 +1,200 @@
+// The GPT model on the host backend: presets and parameter counts, exact
+// memory accounting, the forward/backward protocol and its errors,
+// determinism, 16-bit variants, and that AdamW training lowers the loss.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "snug/core/rng.hpp"
+#include "snug/nn/gpt.hpp"
+#include "snug/optim/adamw.hpp"
+#include "snug/optim/grad_norm.hpp"
+#include "support/host_run.hpp"
+
+using snug::GPTConfig;
+using snug::MemoryCategory;
+
+namespace {
+
+GPTConfig tiny() {
+    GPTConfig c;
+    c.vocab_size = 61;
+    c.padded_vocab_size = 64;
+    c.max_seq_len = 12;
+    c.n_layer = 2;
+    c.n_head = 3;
+    c.channels = 24;
+    return c;
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint64_t seed) {
+    snug::Generator g(seed);
+    std::vector<std::int32_t> t(n);
+    for (auto& x : t) x = static_cast<std::int32_t>(g.below(static_cast<std::uint32_t>(vocab)));
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("presets have GPT-2's shapes and parameter counts") {
+    // llm.c reports 124,475,904 parameters for GPT-2 small with the vocabulary padded to 50304.
+    CHECK(GPTConfig::preset("124M").num_parameters() == 124475904);
+    const GPTConfig m = GPTConfig::preset("350M");
+    CHECK((m.n_layer == 24 && m.n_head == 16 && m.channels == 1024));
+    CHECK(GPTConfig::preset("d12").num_parameters() == GPTConfig::preset("124M").num_parameters());
+    CHECK(GPTConfig::preset("1558M").channels == 1600);
+    CHECK(GPTConfig::preset("d2").n_layer == 2);
+    CHECK_THROWS_AS(GPTConfig::preset("gpt5"), snug::ConfigError);
+    CHECK(GPTConfig::pad_vocab(50257) == 50304);
+    CHECK(GPTConfig::pad_vocab(256) == 256);
+    GPTConfig bad = tiny();
+    bad.channels = 25;  // not a multiple of 3 heads
+    CHECK_THROWS_WITH(bad.validate(), Catch::Contains("channels (25)") && Catch::Contains("n_head (3)"));
+    bad = tiny();
+    bad.padded_vocab_size = 60;
+    CHECK_THROWS_AS(bad.validate(), snug::ConfigError);
+}
+
+TEST_CASE("model FLOPs per token follow 6N + 12 L C T") {
+    const GPTConfig c = GPTConfig::preset("124M");
+    // N counts the tied wte once (V rows, not the padding), the blocks and ln_f.
+    const double N = 50257.0 * 768 + 12.0 * (12.0 * 768 * 768 + 13.0 * 768) + 2.0 * 768;
+    CHECK(c.flops_per_token(1024) == Approx(6.0 * N + 12.0 * 12 * 768 * 1024).epsilon(1e-12));
+}
+
+TEST_CASE("memory is accounted exactly: parameters, gradients, activations, temporaries") {
+    const GPTConfig c = tiny();
+    snug::test::HostRun run;
+    snug::GPT<float, snug::Host> model(c, run.tracker);
+    const std::int64_t P = c.num_parameters();
+    CHECK(model.num_parameters() == P);
+    CHECK(run.tracker.current(MemoryCategory::parameters) == static_cast<std::size_t>(P) * 4);
+    CHECK(run.tracker.current(MemoryCategory::gradients) == static_cast<std::size_t>(P) * 4);
+    model.load_weights(run.ctx.device, snug::gpt_initial_weights(c, 1));
+    model.zero_grad(run.ctx.device);
+
+    const int B = 2, T = 9;
+    const auto tokens = random_tokens(B * T, c.vocab_size, 3), targets = random_tokens(B * T, c.vocab_size, 4);
+    model.forward(run.ctx, tokens.data(), targets.data(), B, T, 1.0f / (B * T));
+    model.backward(run.ctx, tokens.data());
+
+    // What the design keeps, in bytes (A = 4 for fp32, N = B T):
+    //   embedding and every block output (N C A each), per block ln1, ln2 (N C A),
+    //   their mean and rstd (4 N floats), qkv (3 N C A), attention probabilities
+    //   (B NH T² A), attention output and the residual (N C A each), the MLP hidden
+    //   before and after GELU (4 N C A each); ln_f (N C A + 8 N); logits (N Vp A);
+    //   the per-token losses (4 N) for a moment at the end of forward.
+    const std::size_t A = 4, N = B * T, C = static_cast<std::size_t>(c.channels), L = 2, NH = 3,
+                      Vp = static_cast<std::size_t>(c.padded_vocab_size);
+    const std::size_t att = B * NH * T * T;
+    const std::size_t activations =
+        A * (N * C + L * (16 * N * C + att) + N * C + N * Vp) + 16 * L * N + 8 * N + 4 * N;
+    CHECK(run.tracker.peak(MemoryCategory::activations) == activations);
+    // Backward's temporaries: three (N, C) residual-stream buffers, plus one
+    // block's: MLP hidden (4 N C), two (N, C), d qkv (3 N C) and the attention scratch.
+    const std::size_t temporaries = A * (3 * N * C + 9 * N * C + att);
+    CHECK(run.tracker.peak(MemoryCategory::temporaries) == temporaries);
+    CHECK(run.tracker.current(MemoryCategory::activations) == 0);
+    CHECK(run.tracker.current(MemoryCategory::temporaries) == 0);
+}
+
+TEST_CASE("forward and backward enforce their protocol with clear errors") {
+    const GPTConfig c = tiny();
+    snug::test::HostRun run;
+    snug::GPT<float, snug::Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, snug::gpt_initial_weights(c, 1));
+    const auto tokens = random_tokens(2 * 12, c.vocab_size, 5);
+    CHECK_THROWS_AS(model.backward(run.ctx, tokens.data()), snug::Error);
+    CHECK_THROWS_WITH(model.forward(run.ctx, tokens.data(), tokens.data(), 1, 13, 1.0f),
+                      Catch::Contains("T = 13") && Catch::Contains("max_seq_len = 12"));
+    CHECK_THROWS_AS(model.forward(run.ctx, tokens.data(), nullptr, 2, 12, 1.0f), snug::Error);
+    model.forward(run.ctx, tokens.data(), tokens.data(), 2, 12, 1.0f);
+    CHECK_THROWS_AS(model.forward(run.ctx, tokens.data(), tokens.data(), 2, 12, 1.0f), snug::Error);
+    CHECK_THROWS_AS(model.release(run.ctx), snug::Error);  // a training pass must be finished by backward
+    model.backward(run.ctx, tokens.data());
+    // An evaluation pass leaves the logits readable until release.
+    const float loss = model.evaluate(run.ctx, tokens.data(), tokens.data(), 2, 12);
+    CHECK(std::isfinite(loss));
+    CHECK_THROWS_AS(model.logits(), snug::Error);
+    std::vector<float> wrong(7);
+    CHECK_THROWS_AS(model.load_weights(run.ctx.device, wrong), snug::ShapeError);
+    const std::vector<std::int32_t> bad_target(2 * 12, c.vocab_size);  // id == V is out of range
+    CHECK_THROWS_WITH(model.forward(run.ctx, tokens.data(), bad_target.data(), 2, 12, 0.0f),
+                      Catch::Contains(std::to_string(c.vocab_size)));
+}
+
+TEST_CASE("a pass is deterministic: the same gradients to the bit") {
+    const GPTConfig c = tiny();
+    snug::test::HostRun run;
+    snug::GPT<float, snug::Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, snug::gpt_initial_weights(c, 7));
+    const auto tokens = random_tokens(3 * 10, c.vocab_size, 8), targets = random_tokens(3 * 10, c.vocab_size, 9);
+    std::vector<std::vector<float>> grads;
+    for (int run_i = 0; run_i < 2; ++run_i) {
+        model.zero_grad(run.ctx.device);
+        model.forward(run.ctx, tokens.data(), targets.data(), 3, 10, 1.0f / 30);
+        model.backward(run.ctx, tokens.data());
+        grads.emplace_back(model.gradients(), model.gradients() + model.num_parameters());
+    }
+    CHECK(grads[0] == grads[1]);
+}
+
+TEMPLATE_TEST_CASE("a 16-bit GPT tracks the fp32 one", "", snug::bfloat16, snug::half) {
+    const GPTConfig c = tiny();
+    const auto weights = snug::gpt_initial_weights(c, 11);
+    const auto tokens = random_tokens(2 * 12, c.vocab_size, 12), targets = random_tokens(2 * 12, c.vocab_size, 13);
+    snug::test::HostRun r32, r16;
+    snug::GPT<float, snug::Host> m32(c, r32.tracker);
+    snug::GPT<TestType, snug::Host> m16(c, r16.tracker);
+    m32.load_weights(r32.ctx.device, weights);
+    m16.load_weights(r16.ctx.device, weights);
+    CHECK(r16.tracker.current(MemoryCategory::parameters) * 2 == r32.tracker.current(MemoryCategory::parameters));
+    m32.zero_grad(r32.ctx.device);
+    m16.zero_grad(r16.ctx.device);
+    const float l32 = m32.forward(r32.ctx, tokens.data(), targets.data(), 2, 12, 1.0f / 24);
+    const float l16 = m16.forward(r16.ctx, tokens.data(), targets.data(), 2, 12, 1.0f / 24);
+    m32.backward(r32.ctx, tokens.data());
+    m16.backward(r16.ctx, tokens.data());
+    CHECK(std::abs(l16 - l32) / l32 < 1e-2);
+    // The gradients point the same way: cosine similarity of the whole vector.
+    double dot = 0, n32 = 0, n16 = 0;
+    for (std::int64_t i = 0; i < m32.num_parameters(); ++i) {
+        dot += double(m32.gradients()[i]) * m16.gradients()[i];
+        n32 += double(m32.gradients()[i]) * m32.gradients()[i];
+        n16 += double(m16.gradients()[i]) * m16.gradients()[i];
+    }
+    CHECK(dot / std::sqrt(n32 * n16) > 0.99);
+}
+
+TEST_CASE("AdamW with clipping overfits one batch: the loss falls") {
+    const GPTConfig c = tiny();
+    snug::test::HostRun run;
+    snug::GPT<float, snug::Host> model(c, run.tracker);
+    const auto w0 = snug::gpt_initial_weights(c, 21);
+    model.load_weights(run.ctx.device, w0);
+    snug::AdamWConfig cfg;
+    cfg.weight_decay = 0.0f;
+    snug::AdamW<float, snug::Host> opt(run.ctx.device, run.tracker, model.num_parameters(),
+                                       snug::gpt_parameter_groups(c), cfg, w0);
+    snug::GradNorm<snug::Host> grad_norm(run.tracker);
+    const auto tokens = random_tokens(4 * 12, c.vocab_size, 22), targets = random_tokens(4 * 12, c.vocab_size, 23);
+    float first = 0, last = 0;
+    for (int step = 0; step < 30; ++step) {
+        model.zero_grad(run.ctx.device);
+        last = model.forward(run.ctx, tokens.data(), targets.data(), 4, 12, 1.0f / 48);
+        if (step == 0) first = last;
+        model.backward(run.ctx, tokens.data());
+        const float norm = grad_norm(run.ctx.device, model.gradients(), model.num_parameters());
+        REQUIRE(std::isfinite(norm));
+        opt.step(run.ctx.device, model.parameters(), model.gradients(), 3e-3f, snug::clip_factor(norm, 1.0f));
+    }
+    CHECK(opt.steps() == 30);
+    CHECK(first == Approx(std::log(61.0)).epsilon(0.05));  // small init: near-uniform predictions
+    CHECK(last < 0.5f * first);
+    // Optimizer state is counted: two moments, no master copy for fp32.
+    CHECK(run.tracker.current(MemoryCategory::optimizer_state) == 2 * 4 * static_cast<std::size_t>(c.num_parameters()));
+    CHECK(run.tracker.current(MemoryCategory::master_weights) == 0);
+}
