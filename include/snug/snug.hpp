@@ -1,5 +1,7 @@
-// snug: the umbrella header. Includes everything a trainer needs; under nvcc it
-// adds the CUDA backend (device tag, error checks, kernels).
+// snug: the umbrella header. Everything a trainer composes: core types, the
+// host backend, the GPT model, the optimizer, the three policies and
+// TrainStep; under nvcc also the CUDA backend. File formats (snug/io/) need
+// nlohmann/json and are included on their own.
 #pragma once
 
 #include "snug/core/config.hpp"
@@ -13,7 +15,20 @@
 #include "snug/host/gemm.hpp"
 
 #if defined(__CUDACC__)
+#include "snug/cuda/blas.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/memory.hpp"
 #endif
+
+#include "snug/nn/checkpointed.hpp"
+#include "snug/nn/gpt.hpp"
+#include "snug/nn/layer.hpp"
+#include "snug/nn/layer_stack.hpp"
+#include "snug/optim/adamw.hpp"
+#include "snug/optim/grad_norm.hpp"
+#include "snug/precision/loss_scaler.hpp"
+#include "snug/precision/policies.hpp"
+#include "snug/accumulate/policies.hpp"
+#include "snug/checkpoint/policies.hpp"
+#include "snug/train/train_step.hpp"

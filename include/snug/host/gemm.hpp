@@ -298,11 +298,16 @@ inline constexpr int native_float_width =
     4;  // SSE2 (the x86-64 baseline), NEON
 #endif
 
-// The tile for the instruction set this translation unit is compiled for.
-using GemmTileAvx2 = GemmTile<6, 16, 8>;
-using GemmTileAvx512 = GemmTile<12, 32, 16>;
-using GemmTileBaseline = std::conditional_t<native_float_width == 16, GemmTileAvx512,
-                                            std::conditional_t<native_float_width == 8, GemmTileAvx2, GemmTile<6, 8, 4>>>;
+// Register tiles per instruction set (each measured against 3..5 others of
+// its width on Zen 4; within noise of each other, all fill the registers
+// without spilling), and the one for the flags this translation unit is
+// compiled with.
+using GemmTileAvx2 = GemmTile<6, 16, 8>;     // 12 of 16 ymm accumulate
+using GemmTileAvx512 = GemmTile<12, 32, 16>;  // 24 of 32 zmm accumulate
+using GemmTileSse = GemmTile<6, 8, 4>;        // 12 of 16 xmm accumulate
+using GemmTileBaseline =
+    std::conditional_t<native_float_width == 16, GemmTileAvx512,
+                       std::conditional_t<native_float_width == 8, GemmTileAvx2, GemmTileSse>>;
 
 // Packs rows [0, mc) x depth [0, kc) of op(A) (A points at its element (0, 0))
 // into panels of MR rows: panel p holds, for each k, op(A)(p*MR + r, k) for

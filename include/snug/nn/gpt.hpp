@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -28,6 +29,8 @@
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
 #include "snug/nn/ops.hpp"
+#include "snug/nn/gpt_memory.hpp"
+#include "snug/nn/layer_stack.hpp"
 #include "snug/nn/transformer_block.hpp"
 
 namespace snug {
@@ -76,7 +79,8 @@ public:
           params_(tracker, MemoryCategory::parameters, static_cast<std::size_t>(GPTLayout(config).total()),
                   "GPT parameters"),
           grads_(tracker, MemoryCategory::gradients, static_cast<std::size_t>(GPTLayout(config).total()),
-                 "GPT gradients") {
+                 "GPT gradients"),
+          blocks_(make_blocks(config_, params_.data(), grads_.data())) {
         if constexpr (!std::is_same_v<D, Host>) {
             // Every tensor and per-layer slice starts at a multiple of C
             // elements; GPU GEMMs need 16-byte aligned operands.
@@ -84,12 +88,6 @@ public:
                 throw ConfigError("GPT on " + std::string(D::name) + ": channels (" +
                                   std::to_string(config_.channels) + ") must be a multiple of 8");
         }
-        const GPTTensors<Act> w(params_.data(), config_);
-        const GPTTensors<float> g(grads_.data(), config_);
-        blocks_.reserve(static_cast<std::size_t>(config_.n_layer));
-        for (int l = 0; l < config_.n_layer; ++l)
-            blocks_.emplace_back(config_.channels, config_.n_head, block_tensors<const Act>(w, l),
-                                 block_tensors<float>(g, l));
     }
 
     const GPTConfig& config() const { return config_; }
@@ -110,6 +108,20 @@ public:
     }
 
     void zero_grad(const D& dev) { fill_zero(dev, grads_.data(), num_parameters()); }
+
+    // How much each block keeps for backward (a CheckpointPolicy's choice).
+    int num_blocks() const { return config_.n_layer; }
+    void set_recompute(std::span<const Recompute> modes) { blocks_.set_modes(modes); }
+    std::span<const Recompute> recompute() const { return blocks_.modes(); }
+
+    // Peak activation bytes of one forward + backward at (B, T) with `modes`
+    // (nn/gpt_memory.hpp), predicted without allocating.
+    std::size_t predict_activation_peak(int B, int T, std::span<const Recompute> modes) const {
+        return gpt_activation_peak(config_, B, T, modes, sizeof(Act));
+    }
+
+    // Which parameters AdamW decays (2-D weights) and which not.
+    std::vector<ParameterGroup> parameter_groups() const { return gpt_parameter_groups(config_); }
 
     // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
     // computes the per-token cross-entropy and returns its mean; with dloss != 0
@@ -134,19 +146,15 @@ public:
         mark_ = a.mark();
         const GPTTensors<Act> w(params_.data(), config_);
 
-        residual_.clear();
-        residual_.push_back(a.template push<Act>(N * C, "embedding"));
-        encoder_forward(dev, residual_[0], tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
-        for (int l = 0; l < config_.n_layer; ++l) {
-            residual_.push_back(a.template push<Act>(N * C, "block output"));
-            blocks_[static_cast<std::size_t>(l)].forward(ctx, view(residual_[static_cast<std::size_t>(l)]),
-                                                         view(residual_[static_cast<std::size_t>(l) + 1]));
-        }
+        Act* x0 = a.template push<Act>(N * C, "embedding");
+        encoder_forward(dev, x0, tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
+        x_last_ = blocks_.forward(ctx, view(x0)).data();
+        head_mark_ = a.mark();
         lnf_ = a.template push<Act>(N * C, "lnf");
         lnf_mean_ = a.template push<float>(N, "lnf mean");
         lnf_rstd_ = a.template push<float>(N, "lnf rstd");
-        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, residual_.back(), w[GPTTensor::lnfw],
-                          w[GPTTensor::lnfb], N, config_.channels);
+        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, x_last_, w[GPTTensor::lnfw], w[GPTTensor::lnfb], N,
+                          config_.channels);
         logits_ = a.template push<Act>(N * Vp, "logits");
         linear_forward(dev, logits_, lnf_, w[GPTTensor::wte], static_cast<const Act*>(nullptr), N, config_.channels,
                        config_.padded_vocab_size);
@@ -183,20 +191,19 @@ public:
         const GPTTensors<Act> w(params_.data(), config_);
         const GPTTensors<float> g(grads_.data(), config_);
 
+        Act* dres = tmp.template push<Act>(N * C, "d residual");
+        Act* dother = tmp.template push<Act>(N * C, "d residual (other)");
         Act* dlnf = tmp.template push<Act>(N * C, "d lnf");
         linear_backward(dev, dlnf, g[GPTTensor::wte], static_cast<float*>(nullptr), logits_, lnf_,
                         w[GPTTensor::wte], N, C, config_.padded_vocab_size);
-        Act* dres = tmp.template push<Act>(N * C, "d residual");
-        Act* dnext = tmp.template push<Act>(N * C, "d residual (other)");
         fill_zero(dev, dres, N * C);
-        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf, residual_.back(),
-                           w[GPTTensor::lnfw], lnf_mean_, lnf_rstd_, N, C);
-        // The blocks release their own activations; lnf's and the logits go last.
-        for (int l = config_.n_layer - 1; l >= 0; --l) {
-            blocks_[static_cast<std::size_t>(l)].backward(ctx, view(residual_[static_cast<std::size_t>(l)]),
-                                                          view(dres), view(dnext));
-            std::swap(dres, dnext);
-        }
+        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf, x_last_, w[GPTTensor::lnfw],
+                           lnf_mean_, lnf_rstd_, N, C);
+        tmp.pop(dlnf);
+        // The head's activations (the logits above all) go before the blocks'
+        // backward, which may recompute.
+        ctx.activations.release_to(head_mark_);
+        dres = blocks_.backward(ctx, dres, dother);
         encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B_, T_, C);
         tmp.release_to(scratch_mark);
         ctx.activations.release_to(mark_);
@@ -222,6 +229,16 @@ public:
 private:
     enum class Pending { none, backward, release };
 
+    static LayerStack<TransformerBlock<Act, D>> make_blocks(const GPTConfig& c, Act* params, float* grads) {
+        const GPTTensors<Act> w(params, c);
+        const GPTTensors<float> g(grads, c);
+        std::vector<TransformerBlock<Act, D>> blocks;
+        blocks.reserve(static_cast<std::size_t>(c.n_layer));
+        for (int l = 0; l < c.n_layer; ++l)
+            blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l));
+        return LayerStack<TransformerBlock<Act, D>>(std::move(blocks));
+    }
+
     template <class P, class Q>
     static BlockTensors<P> block_tensors(const GPTTensors<Q>& t, int l) {
         return {t.layer(GPTTensor::ln1w, l), t.layer(GPTTensor::ln1b, l), t.layer(GPTTensor::qkvw, l),
@@ -235,12 +252,13 @@ private:
     GPTConfig config_;
     Buffer<Act, D> params_;
     Buffer<float, D> grads_;
-    std::vector<TransformerBlock<Act, D>> blocks_;
+    LayerStack<TransformerBlock<Act, D>> blocks_;
     // The current pass.
     Pending pending_ = Pending::none;
     int B_ = 0, T_ = 0;
-    typename ActivationArena<D>::Mark mark_{};
-    std::vector<Act*> residual_;  // L + 1 tensors (B, T, C): embedding, then each block's output
+    typename ActivationArena<D>::Mark mark_{};       // before the embedding
+    typename ActivationArena<D>::Mark head_mark_{};  // before ln_f and the logits
+    Act* x_last_ = nullptr;                         // (B, T, C) the last block's output
     Act* lnf_ = nullptr;
     float* lnf_mean_ = nullptr;
     float* lnf_rstd_ = nullptr;

@@ -53,6 +53,13 @@ struct GPTConfig {
         return c;
     }
 
+    // The same model with another maximum context.
+    GPTConfig with_context(int max_seq) const {
+        GPTConfig c = *this;
+        c.max_seq_len = max_seq;
+        return c;
+    }
+
     // Throws ConfigError naming the first value that makes no sense.
     void validate() const {
         auto fail = [](const std::string& what) { throw ConfigError("GPT config: " + what); };

@@ -128,4 +128,28 @@ inline bool gpt_tensor_decays(GPTTensor t) {
     }
 }
 
+// A range of the parameter buffer and whether weight decay applies to it.
+struct ParameterGroup {
+    std::int64_t offset;
+    std::int64_t count;
+    bool decay;
+};
+
+// GPT's groups: 2-D weights (embeddings and matmuls) decay; biases and
+// LayerNorm parameters do not. Neighbouring tensors of the same kind merge.
+inline std::vector<ParameterGroup> gpt_parameter_groups(const GPTConfig& c) {
+    const GPTLayout layout(c);
+    std::vector<ParameterGroup> groups;
+    for (int i = 0; i < gpt_tensor_count; ++i) {
+        const auto t = static_cast<GPTTensor>(i);
+        const std::int64_t offset = layout.offset(t), count = gpt_tensor_shape(c, t).numel();
+        const bool decay = gpt_tensor_decays(t);
+        if (!groups.empty() && groups.back().decay == decay && groups.back().offset + groups.back().count == offset)
+            groups.back().count += count;
+        else
+            groups.push_back({offset, count, decay});
+    }
+    return groups;
+}
+
 }  // namespace snug

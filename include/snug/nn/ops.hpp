@@ -14,6 +14,7 @@
 #include "snug/host/linear.hpp"
 #include "snug/host/norms.hpp"
 #include "snug/host/transfer.hpp"
+#include "snug/host/unscale.hpp"
 
 #if defined(__CUDACC__)
 #include "snug/cuda/adamw.cuh"
@@ -26,4 +27,5 @@
 #include "snug/cuda/linear.cuh"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/transfer.cuh"
+#include "snug/cuda/unscale.cuh"
 #endif

@@ -47,6 +47,9 @@ public:
 
     Shape output_shape(const Shape& in) const { return in; }
 
+    void set_selective(bool on) { selective_ = on; }
+    bool selective() const { return selective_; }
+
     void forward(Context<D>& ctx, TensorView<const Act, D> x /*(B,T,C)*/, TensorView<Act, D> out /*(B,T,C)*/) {
         check_input(x);
         expect_shape(out, x.shape(), "TransformerBlock output");
@@ -56,35 +59,37 @@ public:
         const D& dev = ctx.device;
         auto& a = ctx.activations;
         mark_ = a.mark();
+        // Kept tensors go to the activation arena; in selective mode the ones
+        // backward recomputes live in the scratch arena only while needed.
+        auto& dropped = selective_ ? ctx.scratch : a;
+        const auto scratch_mark = ctx.scratch.mark();
 
-        s_.ln1 = a.template push<Act>(N * C_, "ln1");
-        s_.ln1_mean = a.template push<float>(N, "ln1 mean");
-        s_.ln1_rstd = a.template push<float>(N, "ln1 rstd");
+        push_ln(dropped, N, s_.ln1, s_.ln1_mean, s_.ln1_rstd, "ln1");
         layernorm_forward(dev, s_.ln1, s_.ln1_mean, s_.ln1_rstd, x.data(), w_.ln1w, w_.ln1b, N, C_);
-
         s_.qkv = a.template push<Act>(N * 3 * C_, "qkv");
         linear_forward(dev, s_.qkv, s_.ln1, w_.qkvw, w_.qkvb, N, C_, 3 * C_);
+        if (selective_) ctx.scratch.release_to(scratch_mark);
 
-        s_.att = a.template push<Act>(std::int64_t{B_} * NH_ * T_ * T_, "attention probabilities");
+        s_.att = dropped.template push<Act>(att_elems(), "attention probabilities");
         s_.atty = a.template push<Act>(N * C_, "attention output");
         attention_forward(dev, s_.atty, s_.att, s_.qkv, B_, T_, C_, NH_);
+        if (selective_) ctx.scratch.release_to(scratch_mark);
 
         s_.res = a.template push<Act>(N * C_, "residual 2");
         linear_forward(dev, s_.res, s_.atty, w_.attprojw, w_.attprojb, N, C_, C_);
         add_inplace(dev, s_.res, x.data(), N * C_);
 
-        s_.ln2 = a.template push<Act>(N * C_, "ln2");
-        s_.ln2_mean = a.template push<float>(N, "ln2 mean");
-        s_.ln2_rstd = a.template push<float>(N, "ln2 rstd");
+        push_ln(dropped, N, s_.ln2, s_.ln2_mean, s_.ln2_rstd, "ln2");
         layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
-
         s_.fch = a.template push<Act>(N * 4 * C_, "mlp hidden");
         linear_forward(dev, s_.fch, s_.ln2, w_.fcw, w_.fcb, N, C_, 4 * C_);
-        s_.fch_gelu = a.template push<Act>(N * 4 * C_, "mlp gelu");
-        gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
+        if (selective_) ctx.scratch.release_to(scratch_mark);
 
+        s_.fch_gelu = dropped.template push<Act>(N * 4 * C_, "mlp gelu");
+        gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
         linear_forward(dev, out.data(), s_.fch_gelu, w_.fcprojw, w_.fcprojb, N, 4 * C_, C_);
         add_inplace(dev, out.data(), s_.res, N * C_);
+        if (selective_) ctx.scratch.release_to(scratch_mark);
     }
 
     void backward(Context<D>& ctx, TensorView<const Act, D> x /*(B,T,C)*/, TensorView<const Act, D> dout /*(B,T,C)*/,
@@ -96,6 +101,7 @@ public:
         const D& dev = ctx.device;
         auto& tmp = ctx.scratch;
         const auto scratch_mark = tmp.mark();
+        if (selective_) recompute(ctx, x);
 
         // MLP: out = r + fc_proj(gelu(fc(ln2(r))))
         Act* dh = tmp.template push<Act>(N * 4 * C_, "d mlp hidden");
@@ -111,7 +117,7 @@ public:
         Act* datty = dln;  // (N, C), free again
         linear_backward(dev, datty, g_.attprojw, g_.attprojb, dres, s_.atty, w_.attprojw, N, C_, C_);
         Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
-        Act* att_scratch = tmp.template push<Act>(std::int64_t{B_} * NH_ * T_ * T_, "d attention");
+        Act* att_scratch = tmp.template push<Act>(att_elems(), "d attention");
         attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);
         Act* dln1 = datty;  // (N, C), free again
         linear_backward(dev, dln1, g_.qkvw, g_.qkvb, dqkv, s_.ln1, w_.qkvw, N, C_, 3 * C_);
@@ -124,6 +130,33 @@ public:
     }
 
 private:
+    std::int64_t att_elems() const { return std::int64_t{B_} * NH_ * T_ * T_; }
+
+    template <class Arena>
+    void push_ln(Arena& arena, std::int64_t N, Act*& out, float*& mean, float*& rstd, const char* what) {
+        out = arena.template push<Act>(N * C_, what);
+        mean = arena.template push<float>(N, "layernorm mean");
+        rstd = arena.template push<float>(N, "layernorm rstd");
+    }
+
+    // Selective mode: rebuilds what forward dropped, onto the activation
+    // arena (released with the rest of the block's activations).
+    void recompute(Context<D>& ctx, const TensorView<const Act, D>& x) {
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        s_.fch_gelu = a.template push<Act>(N * 4 * C_, "mlp gelu (recomputed)");
+        gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
+        push_ln(a, N, s_.ln2, s_.ln2_mean, s_.ln2_rstd, "ln2 (recomputed)");
+        layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
+        s_.att = a.template push<Act>(att_elems(), "attention probabilities (recomputed)");
+        Act* atty = ctx.scratch.template push<Act>(N * C_, "attention output (recomputed, unused)");
+        attention_forward(dev, atty, s_.att, s_.qkv, B_, T_, C_, NH_);
+        ctx.scratch.pop(atty);
+        push_ln(a, N, s_.ln1, s_.ln1_mean, s_.ln1_rstd, "ln1 (recomputed)");
+        layernorm_forward(dev, s_.ln1, s_.ln1_mean, s_.ln1_rstd, x.data(), w_.ln1w, w_.ln1b, N, C_);
+    }
+
     void check_input(const TensorView<const Act, D>& x) const {
         if (x.rank() != 3 || x.size(2) != C_)
             throw ShapeError("TransformerBlock input: expected (B, T, " + std::to_string(C_) + "), got " +
@@ -150,6 +183,7 @@ private:
     BlockTensors<const Act> w_;
     BlockTensors<float> g_;
     int B_ = 0, T_ = 0;
+    bool selective_ = false;
     Saved s_{};
     typename ActivationArena<D>::Mark mark_{};
 };

@@ -1,0 +1,178 @@
+// TrainStep: one optimizer update, composed from three static policies.
+//
+//   using Step = snug::TrainStep<snug::GPT<snug::half, snug::Cuda>,
+//                                snug::precision::Fp16<snug::DynamicLossScaler>,
+//                                snug::accumulate::Steps,
+//                                snug::checkpoint::EveryNth<2>>;
+//
+// step() reads top to bottom as the flow of one update:
+//   plan recomputation for (B, T)                        (CheckpointPolicy)
+//   for each micro-batch: forward (loss × scale / n), backward, gradients add up in fp32
+//   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
+//                    global norm, clip factor
+//                    overflow → skip: weights, moments and step count untouched
+//                    else AdamW (fp32 master weights) and the working copy cast
+//                    the scaler's update
+// Every buffer it owns comes from the MemoryTracker.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/accumulate/policies.hpp"
+#include "snug/checkpoint/policies.hpp"
+#include "snug/core/buffer.hpp"
+#include "snug/core/memory_tracker.hpp"
+#include "snug/nn/context.hpp"
+#include "snug/nn/layer_stack.hpp"
+#include "snug/nn/ops.hpp"
+#include "snug/optim/adamw.hpp"
+#include "snug/optim/grad_norm.hpp"
+#include "snug/precision/policies.hpp"
+
+namespace snug {
+
+// What TrainStep needs from a model (GPT models it; so can a user's).
+template <class M>
+concept TrainableModel = requires(M& m, const M& cm, Context<typename M::device_type>& ctx, const std::int32_t* ids,
+                                  std::span<const Recompute> modes) {
+    typename M::value_type;
+    typename M::device_type;
+    { m.forward(ctx, ids, ids, 1, 1, 1.0f) } -> std::same_as<float>;
+    m.backward(ctx, ids);
+    m.zero_grad(ctx.device);
+    { m.parameters() } -> std::same_as<typename M::value_type*>;
+    { m.gradients() } -> std::same_as<float*>;
+    { cm.num_parameters() } -> std::convertible_to<std::int64_t>;
+    { cm.parameter_groups() } -> std::same_as<std::vector<ParameterGroup>>;
+    { cm.num_blocks() } -> std::convertible_to<int>;
+    m.set_recompute(modes);
+    { cm.predict_activation_peak(1, 1, modes) } -> std::convertible_to<std::size_t>;
+};
+
+// One micro-batch: token ids and next-token targets, (B, T) each, in the
+// model's device memory.
+struct MicroBatch {
+    const std::int32_t* tokens;
+    const std::int32_t* targets;
+};
+
+// What one update did.
+struct StepResult {
+    float loss;          // mean training loss over the update's tokens
+    float grad_norm;     // global L2 norm of the (unscaled) gradient, before clipping
+    float loss_scale;    // the scale used for this update (1 without a scaler)
+    bool skipped;        // the gradient was not finite: nothing was updated
+    std::int64_t tokens; // tokens processed
+};
+
+struct TrainConfig {
+    AdamWConfig adamw{};
+    float max_grad_norm = 1.0f;  // <= 0: no clipping
+};
+
+//   Model:        a TrainableModel, e.g. snug::GPT<Precision::compute_type, D>
+//   Precision:    precision::Fp32, precision::Bf16, precision::Fp16<Scaler>
+//   Accumulation: accumulate::None, accumulate::Steps
+//   Checkpoint:   checkpoint::None, Full, EveryNth<K>, Selective, Budget
+template <TrainableModel Model, PrecisionPolicy Precision, AccumulationPolicy Accumulation, CheckpointPolicy Checkpoint>
+class TrainStep : public Precision, public Accumulation, public Checkpoint {
+    static_assert(std::is_same_v<typename Model::value_type, typename Precision::compute_type>,
+                  "snug::TrainStep: the model's activation type must be the precision policy's compute type "
+                  "(GPT<float, D> with precision::Fp32, GPT<bfloat16, D> with precision::Bf16, "
+                  "GPT<half, D> with precision::Fp16<Scaler>)");
+
+public:
+    using Act = typename Model::value_type;
+    using D = typename Model::device_type;
+
+    // The optimizer's master weights start from `initial_weights` (host fp32,
+    // what the model was loaded with).
+    TrainStep(Model& model, MemoryTracker& tracker, const D& dev, const std::vector<float>& initial_weights,
+              TrainConfig config = {}, Precision precision = {}, Accumulation accumulation = {},
+              Checkpoint checkpoint = {})
+        : Precision(std::move(precision)),
+          Accumulation(std::move(accumulation)),
+          Checkpoint(std::move(checkpoint)),
+          model_(model),
+          config_(config),
+          optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw, initial_weights),
+          grad_norm_(tracker),
+          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag") {}
+
+    StepResult step(Context<D>& ctx, std::span<const MicroBatch> micro_batches, int B, int T, float lr) {
+        const int n = this->steps();
+        if (static_cast<int>(micro_batches.size()) != n)
+            throw Error("TrainStep: " + std::to_string(micro_batches.size()) + " micro-batches for an update of " +
+                        std::to_string(n) + " (the accumulation policy's steps)");
+        plan_recompute(B, T);
+        const D& dev = ctx.device;
+        const float scale = loss_scale();
+        const float dloss = scale / (static_cast<float>(B) * static_cast<float>(T) * static_cast<float>(n));
+
+        model_.zero_grad(dev);
+        double loss_sum = 0.0;
+        for (const MicroBatch& mb : micro_batches) {
+            loss_sum += model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss);
+            model_.backward(ctx, mb.tokens);
+        }
+
+        const std::int64_t P = model_.num_parameters();
+        bool found_inf = false;
+        if constexpr (Precision::has_loss_scaler) {
+            fill_zero(dev, found_inf_.data(), 1);
+            unscale_and_check(dev, model_.gradients(), P, 1.0f / scale, found_inf_.data());
+            float flag = 0.0f;
+            download(dev, &flag, found_inf_.data(), 1);
+            found_inf = flag != 0.0f;
+        }
+        const float norm = grad_norm_(dev, model_.gradients(), P);
+        // Without a scaler a non-finite gradient still must not reach the weights.
+        found_inf = found_inf || !std::isfinite(norm);
+        if (!found_inf) optimizer_.step(dev, model_.parameters(), model_.gradients(), lr, clip_factor(norm, config_.max_grad_norm));
+        if constexpr (Precision::has_loss_scaler) this->scaler.update(found_inf);
+        if (found_inf) ++skipped_;
+        return {static_cast<float>(loss_sum / n), norm, scale, found_inf, std::int64_t{n} * B * T};
+    }
+
+    // The loss scale the next update will use (1 without a scaler).
+    float loss_scale() const {
+        if constexpr (Precision::has_loss_scaler)
+            return this->scaler.scale();
+        else
+            return 1.0f;
+    }
+    std::int64_t skipped_steps() const { return skipped_; }
+    AdamW<Act, D>& optimizer() { return optimizer_; }
+    const TrainConfig& config() const { return config_; }
+    Model& model() { return model_; }
+    // The recompute plan in force (after the first step at a shape).
+    std::span<const Recompute> recompute_plan() const { return plan_; }
+
+private:
+    void plan_recompute(int B, int T) {
+        if (B == planned_B_ && T == planned_T_) return;
+        const CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
+                                        return static_cast<std::size_t>(model_.predict_activation_peak(B, T, modes));
+                                    }};
+        plan_ = static_cast<const Checkpoint&>(*this).plan(query);
+        model_.set_recompute(plan_);
+        planned_B_ = B;
+        planned_T_ = T;
+    }
+
+    Model& model_;
+    TrainConfig config_;
+    AdamW<Act, D> optimizer_;
+    GradNorm<D> grad_norm_;
+    Buffer<float, D> found_inf_;
+    std::vector<Recompute> plan_;
+    int planned_B_ = 0, planned_T_ = 0;
+    std::int64_t skipped_ = 0;
+};
+
+}  // namespace snug
