@@ -132,6 +132,12 @@ TEST_CASE("the budget policy picks the cheapest plan that fits, or says none doe
     CHECK(peak(tight) <= full - 1);
     CHECK_THROWS_AS(snug::checkpoint::Budget(1000).plan(q), snug::OutOfMemory);
     CHECK_THROWS_WITH(snug::checkpoint::Budget(1000).plan(q), Catch::Contains("smallest predicted peak"));
+    // Blocks that cannot recompute selectively get full checkpointing instead.
+    snug::CheckpointQuery no_selective = q;
+    no_selective.selective_available = false;
+    const auto plain_only = snug::checkpoint::Budget(none - 1).plan(no_selective);
+    CHECK(plain_only[0] == Recompute::full);
+    CHECK(std::count(plain_only.begin(), plain_only.end(), Recompute::selective) == 0);
 }
 
 namespace {

@@ -27,6 +27,8 @@ struct CheckpointQuery {
     int blocks;
     // Predicted peak activation bytes of one forward + backward under a plan.
     std::function<std::size_t(std::span<const Recompute>)> activation_peak;
+    // Whether the model's blocks can recompute selectively (SelectiveLayer).
+    bool selective_available = true;
 };
 
 template <class P>
@@ -74,7 +76,8 @@ struct Selective {
 // it tries, in order of growing recompute cost, the first k blocks selective
 // (k = 0 .. L), then every block selective with the first k fully
 // checkpointed (earlier blocks' activations live longest), and takes the
-// first plan whose predicted peak fits. None fits: OutOfMemory, naming the
+// first plan whose predicted peak fits. For blocks that cannot recompute
+// selectively, only the full-checkpointing plans are tried. None fits: OutOfMemory, naming the
 // budget and the smallest peak any plan reaches.
 class Budget {
 public:
@@ -88,6 +91,7 @@ public:
         std::size_t smallest = q.activation_peak(modes);
         if (smallest <= bytes_) return modes;
         for (Recompute level : {Recompute::selective, Recompute::full}) {
+            if (level == Recompute::selective && !q.selective_available) continue;
             for (std::size_t k = 0; k < n; ++k) {
                 modes[k] = level;
                 const std::size_t peak = q.activation_peak(modes);

@@ -113,6 +113,8 @@ public:
     int num_blocks() const { return config_.n_layer; }
     void set_recompute(std::span<const Recompute> modes) { blocks_.set_modes(modes); }
     std::span<const Recompute> recompute() const { return blocks_.modes(); }
+    // Its blocks can keep only their GEMM outputs (Recompute::selective).
+    static constexpr bool supports_selective() { return true; }
 
     // Peak activation bytes of one forward + backward at (B, T) with `modes`
     // (nn/gpt_memory.hpp), predicted without allocating.

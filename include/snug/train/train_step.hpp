@@ -156,9 +156,14 @@ public:
 private:
     void plan_recompute(int B, int T) {
         if (B == planned_B_ && T == planned_T_) return;
-        const CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
-                                        return static_cast<std::size_t>(model_.predict_activation_peak(B, T, modes));
-                                    }};
+        CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
+                                  return static_cast<std::size_t>(model_.predict_activation_peak(B, T, modes));
+                              }};
+        // A model says whether its blocks recompute selectively; one that does not say, cannot.
+        if constexpr (requires(const Model& m) { m.supports_selective(); })
+            query.selective_available = model_.supports_selective();
+        else
+            query.selective_available = false;
         plan_ = static_cast<const Checkpoint&>(*this).plan(query);
         model_.set_recompute(plan_);
         planned_B_ = B;

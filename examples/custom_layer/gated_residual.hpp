@@ -1,0 +1,257 @@
+// GatedResidual<Act, D>: a layer written outside snug, the way a user writes
+// one so that snug's policies can wrap it. Copy this file as the template for
+// your own layer; the pieces, top to bottom:
+//
+//   1. The math, once:  y = x + (x ⊙ s) ⊙ w   with   s = sigmoid(x ⊙ g),
+//      g and w per-channel parameters (C). A helper both backends share.
+//   2. Its kernels, one overload per device tag: a plain loop for snug::Host,
+//      a __global__ kernel for snug::Cuda (compiled only by nvcc). The layer
+//      calls them unqualified with ctx.device first, so overloading on the tag
+//      picks the backend, as snug's own kernels are picked.
+//   3. The layer class, which models snug::Layer (static_assert below): its
+//      forward saves s in ctx.activations, its backward pops it. That contract
+//      is what lets snug::LayerStack checkpoint it (Recompute::full replays the
+//      forward; the arena's accounting lets the budget policy plan memory).
+//      It also offers set_selective(): in that mode it saves nothing and
+//      recomputes s from the input in backward — which makes it a
+//      snug::SelectiveLayer, so checkpoint::Selective and Budget can use it.
+//
+// Numerics: activations are Act (float, snug::bfloat16, snug::half), all math
+// is fp32, parameter gradients accumulate into fp32 buffers. s is rounded to
+// Act before it is used, whether it was saved or recomputed, so every
+// recompute mode gives the same bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "snug/core/config.hpp"
+#include "snug/core/device.hpp"
+#include "snug/core/error.hpp"
+#include "snug/core/tensor.hpp"
+#include "snug/nn/context.hpp"
+#include "snug/nn/layer.hpp"
+#include "snug/nn/layer_stack.hpp"
+
+#if defined(__CUDACC__)
+#include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
+#endif
+
+namespace tiny {
+
+// ---- 1. The math, shared by both backends ----------------------------------
+
+// s = sigmoid(x g), rounded to T (the value forward saves, or backward
+// recomputes: the same bits either way).
+template <class T>
+SNUG_HD float gate(float x, float g) {
+    return static_cast<float>(T(1.0f / (1.0f + std::exp(-x * g))));
+}
+
+// One element of the backward: dx, and the contributions to dg and dw.
+struct GateGrads {
+    float dx, dg, dw;
+};
+SNUG_HD GateGrads gate_grads(float dy, float x, float s, float g, float w) {
+    const float ds = s * (1.0f - s);  // sigmoid'
+    return {dy * (1.0f + w * (s + x * g * ds)), dy * w * x * x * ds, dy * x * s};
+}
+
+// ---- 2. The kernels, one overload per device tag ----------------------------
+
+// y = x + x s w, s = sigmoid(x g); s is stored in `saved` unless it is null.
+template <class T>
+void gated_residual_forward(const snug::Host&, T* y,  // (N, C)
+                            T* saved,                 // (N, C) or nullptr
+                            const T* x,               // (N, C)
+                            const T* g,               // (C)
+                            const T* w,               // (C)
+                            std::int64_t N, int C) {
+    for (std::int64_t n = 0; n < N; ++n) {
+        for (int c = 0; c < C; ++c) {
+            const std::int64_t i = n * C + c;
+            const float xv = static_cast<float>(x[i]);
+            const float s = gate<T>(xv, static_cast<float>(g[c]));
+            if (saved != nullptr) saved[i] = T(s);
+            y[i] = T(xv + xv * s * static_cast<float>(w[c]));
+        }
+    }
+}
+
+// dx = dy ∂y/∂x (overwritten); dg, dw += their gradients (fp32). `saved` is
+// forward's s, or nullptr: recompute it from x.
+template <class T>
+void gated_residual_backward(const snug::Host&, T* dx,  // (N, C)
+                             float* dg,                 // (C) +=
+                             float* dw,                 // (C) +=
+                             const T* dy,               // (N, C)
+                             const T* x,                // (N, C)
+                             const T* saved,            // (N, C) or nullptr
+                             const T* g,                // (C)
+                             const T* w,                // (C)
+                             std::int64_t N, int C) {
+    for (std::int64_t n = 0; n < N; ++n) {
+        for (int c = 0; c < C; ++c) {
+            const std::int64_t i = n * C + c;
+            const float xv = static_cast<float>(x[i]), gc = static_cast<float>(g[c]);
+            const float s = saved != nullptr ? static_cast<float>(saved[i]) : gate<T>(xv, gc);
+            const GateGrads d = gate_grads(static_cast<float>(dy[i]), xv, s, gc, static_cast<float>(w[c]));
+            dx[i] = T(d.dx);
+            dg[c] += d.dg;
+            dw[c] += d.dw;
+        }
+    }
+}
+
+#if defined(__CUDACC__)
+
+// Grid-stride over the N C elements.
+template <class T>
+__global__ void gated_residual_forward_kernel(T* y, T* saved, const T* x, const T* g, const T* w, std::int64_t n,
+                                              int C) {
+    const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+        const int c = static_cast<int>(i % C);
+        const float xv = static_cast<float>(x[i]);
+        const float s = gate<T>(xv, static_cast<float>(g[c]));
+        if (saved != nullptr) saved[i] = T(s);
+        y[i] = T(xv + xv * s * static_cast<float>(w[c]));
+    }
+}
+
+// A block is 32 channels (threadIdx.x) by 8 row lanes (threadIdx.y): each
+// thread walks every 8th row of its channel, writing dx and summing its dg, dw
+// in registers; the 8 lanes are then added in a fixed order, so the result is
+// deterministic (no atomics) and the same on every run.
+inline constexpr int gate_block_channels = 32;
+inline constexpr int gate_block_rows = 8;
+
+template <class T>
+__global__ void gated_residual_backward_kernel(T* dx, float* dg, float* dw, const T* dy, const T* x, const T* saved,
+                                               const T* g, const T* w, std::int64_t N, int C) {
+    const int c = blockIdx.x * gate_block_channels + threadIdx.x;
+    float sum_g = 0.0f, sum_w = 0.0f;
+    if (c < C) {
+        const float gc = static_cast<float>(g[c]), wc = static_cast<float>(w[c]);
+        for (std::int64_t n = threadIdx.y; n < N; n += gate_block_rows) {
+            const std::int64_t i = n * C + c;
+            const float xv = static_cast<float>(x[i]);
+            const float s = saved != nullptr ? static_cast<float>(saved[i]) : gate<T>(xv, gc);
+            const GateGrads d = gate_grads(static_cast<float>(dy[i]), xv, s, gc, wc);
+            dx[i] = T(d.dx);
+            sum_g += d.dg;
+            sum_w += d.dw;
+        }
+    }
+    __shared__ float part_g[gate_block_rows][gate_block_channels];
+    __shared__ float part_w[gate_block_rows][gate_block_channels];
+    part_g[threadIdx.y][threadIdx.x] = sum_g;
+    part_w[threadIdx.y][threadIdx.x] = sum_w;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int r = 1; r < gate_block_rows; ++r) {
+            sum_g += part_g[r][threadIdx.x];
+            sum_w += part_w[r][threadIdx.x];
+        }
+        dg[c] += sum_g;
+        dw[c] += sum_w;
+    }
+}
+
+// The CUDA overloads: the same arguments, launched on the tag's stream.
+template <class T>
+void gated_residual_forward(const snug::Cuda& dev, T* y,  // (N, C)
+                            T* saved,                     // (N, C) or nullptr
+                            const T* x,                   // (N, C)
+                            const T* g,                   // (C)
+                            const T* w,                   // (C)
+                            std::int64_t N, int C) {
+    const std::int64_t n = N * C;
+    if (n == 0) return;
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096));
+    gated_residual_forward_kernel<<<blocks, 256, 0, dev.stream>>>(y, saved, x, g, w, n, C);
+    snug::cuda::check_last_launch();
+}
+
+template <class T>
+void gated_residual_backward(const snug::Cuda& dev, T* dx,  // (N, C)
+                             float* dg,                     // (C) +=
+                             float* dw,                     // (C) +=
+                             const T* dy,                   // (N, C)
+                             const T* x,                    // (N, C)
+                             const T* saved,                // (N, C) or nullptr
+                             const T* g,                    // (C)
+                             const T* w,                    // (C)
+                             std::int64_t N, int C) {
+    if (N == 0 || C == 0) return;
+    const dim3 block(gate_block_channels, gate_block_rows);
+    const auto blocks = static_cast<unsigned>((C + gate_block_channels - 1) / gate_block_channels);
+    gated_residual_backward_kernel<<<blocks, block, 0, dev.stream>>>(dx, dg, dw, dy, x, saved, g, w, N, C);
+    snug::cuda::check_last_launch();
+}
+
+#endif  // __CUDACC__
+
+// ---- 3. The layer -----------------------------------------------------------
+
+//   Act: activation type (float, snug::bfloat16, snug::half)
+//   D:   device tag (snug::Host, snug::Cuda)
+// The parameters and their gradients live in the model's contiguous buffers;
+// the layer holds views of its slice.
+template <class Act, snug::DeviceTag D>
+class GatedResidual {
+public:
+    using value_type = Act;  // what snug::Layer asks for
+    using device_type = D;
+
+    GatedResidual(int C, const Act* g, const Act* w, float* dg, float* dw)  // each (C)
+        : C_(C), g_(g), w_(w), dg_(dg), dw_(dw) {}
+
+    snug::Shape output_shape(const snug::Shape& in) const { return in; }
+
+    // Selective mode: keep nothing, recompute s in backward (it is cheap).
+    void set_selective(bool on) { selective_ = on; }
+
+    // in, out: (..., C). Pushes s (N, C) unless selective.
+    void forward(snug::Context<D>& ctx, snug::TensorView<const Act, D> in, snug::TensorView<Act, D> out) {
+        const std::int64_t N = rows(in, out);
+        saved_ = selective_ ? nullptr : ctx.activations.template push<Act>(static_cast<std::size_t>(N * C_), "gate");
+        gated_residual_forward(ctx.device, out.data(), saved_, in.data(), g_, w_, N, C_);
+    }
+
+    // in: forward's input; dout, din: (..., C). Pops what forward pushed.
+    void backward(snug::Context<D>& ctx, snug::TensorView<const Act, D> in, snug::TensorView<const Act, D> dout,
+                  snug::TensorView<Act, D> din) {
+        const std::int64_t N = rows(in, din);
+        gated_residual_backward(ctx.device, din.data(), dg_, dw_, dout.data(), in.data(), saved_, g_, w_, N, C_);
+        if (saved_ != nullptr) ctx.activations.pop(saved_);
+        saved_ = nullptr;
+    }
+
+private:
+    // N, the number of C-wide rows; the shapes must agree.
+    template <class A, class B>
+    std::int64_t rows(const A& in, const B& other) const {
+        const snug::Shape& s = in.shape();
+        if (s.rank() == 0 || s[s.rank() - 1] != C_ || !(other.shape() == s))
+            throw snug::ShapeError("GatedResidual: input " + s.str() + " and output " + other.shape().str() +
+                                   " must be the same shape (..., C = " + std::to_string(C_) + ")");
+        return s.numel() / C_;
+    }
+
+    int C_;
+    const Act* g_;
+    const Act* w_;
+    float* dg_;
+    float* dw_;
+    bool selective_ = false;
+    Act* saved_ = nullptr;  // s, between forward and backward
+};
+
+// Fails to compile, naming the missing member, if the layer drifts from the contract.
+static_assert(snug::Layer<GatedResidual<float, snug::Host>>);
+static_assert(snug::SelectiveLayer<GatedResidual<float, snug::Host>>);
+
+}  // namespace tiny
