@@ -1,0 +1,370 @@
+// CUDA kernel microbenchmarks, each beside its roofline. Usage:
+//   kernels_bench [results.csv]
+// First the two ceilings, measured on this card: device-to-device copy
+// bandwidth (cudaMemcpy, bytes read + written) and cuBLASLt GEMM throughput per
+// input type at 8192^3 (through snug::cuda::Blas). Then each snug kernel at
+// GPT-2 124M shapes (B 16, T 1024, C 768, 12 heads, vocabulary 50257 padded to
+// 50304, 124 M parameters): memory-bound kernels as achieved GB/s against the
+// copy bandwidth (the fewest bytes the kernel must move: each input read once,
+// each output written once), matrix-bound ones as TFLOP/s against the GEMM
+// peak of their type.
+//
+// Timing: CUDA events around each launch, after warm-up; the median of many
+// runs; inputs rotated among enough copies that one pass over them is several
+// times the L2 cache, filled with random values (never zeros).
+// No GPU: says so and exits 77 (CTest's skip code).
+#include <snug/snug.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using snug::bfloat16;
+using snug::half;
+using snug::cuda::check;
+
+constexpr int warmup_runs = 5;
+constexpr int timed_runs = 30;
+
+// ---- random fill on the device (splitmix64 of the index, uniform in [lo, hi)) ----
+__device__ inline float uniform_at(std::uint64_t i, std::uint64_t seed, float lo, float hi) {
+    std::uint64_t z = i + seed * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+    return lo + (hi - lo) * u;
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, std::int64_t n, std::uint64_t seed, float lo, float hi) {
+    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+         i += std::int64_t{gridDim.x} * blockDim.x)
+        p[i] = T(uniform_at(static_cast<std::uint64_t>(i), seed, lo, hi));
+}
+
+__global__ void fill_targets_kernel(std::int32_t* p, std::int64_t n, std::uint64_t seed, int V) {
+    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+         i += std::int64_t{gridDim.x} * blockDim.x)
+        p[i] = static_cast<std::int32_t>(uniform_at(static_cast<std::uint64_t>(i), seed, 0.0f, 1.0f) * V) % V;
+}
+
+template <class T>
+void fill(T* p, std::int64_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+    fill_kernel<T><<<1024, 256>>>(p, n, seed, lo, hi);
+    snug::cuda::check_last_launch();
+}
+
+// Device memory owned plainly (not through the tracker: the benchmark is the
+// only user, and its sizes are fixed).
+template <class T>
+struct DeviceArray {
+    T* p = nullptr;
+    std::int64_t n = 0;
+    explicit DeviceArray(std::int64_t count) : n(count) {
+        check(cudaMalloc(&p, static_cast<std::size_t>(count) * sizeof(T)));
+    }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+    DeviceArray(DeviceArray&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+    ~DeviceArray() {
+        if (p != nullptr) (void)cudaFree(p);
+    }
+    T* operator+(std::int64_t i) const { return p + i; }
+};
+
+// The median time in ms of fn(r), r = 0, 1, 2, ... the rotation index, each
+// run bracketed by events on the default stream.
+double median_ms(const std::function<void(int)>& fn, int rotation) {
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start));
+    check(cudaEventCreate(&stop));
+    int r = 0;
+    for (int i = 0; i < warmup_runs; ++i) fn(r++ % rotation);
+    check(cudaDeviceSynchronize());
+    std::vector<double> ms;
+    for (int i = 0; i < timed_runs; ++i) {
+        const int k = r++ % rotation;
+        check(cudaEventRecord(start));
+        fn(k);
+        check(cudaEventRecord(stop));
+        check(cudaEventSynchronize(stop));
+        float t = 0.0f;
+        check(cudaEventElapsedTime(&t, start, stop));
+        ms.push_back(t);
+    }
+    check(cudaEventDestroy(start));
+    check(cudaEventDestroy(stop));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// How many copies of a working set of `bytes` make one pass at least three
+// times the L2 cache (at most 16).
+int rotation_for(double bytes, double l2_bytes) {
+    const double want = 3.0 * l2_bytes;
+    return static_cast<int>(std::clamp(std::ceil(want / std::max(bytes, 1.0)), 1.0, 16.0));
+}
+
+struct Row {
+    std::string kernel, dtype, shape;
+    double ms;
+    double achieved;  // GB/s or TFLOP/s
+    std::string unit;
+    double ceiling;   // the measured ceiling in the same unit
+};
+
+std::vector<Row> rows;
+
+void record(Row r) {
+    std::printf("%-30s %-6s %-34s %10.3f %10.1f %-7s %7.1f%%\n", r.kernel.c_str(), r.dtype.c_str(), r.shape.c_str(),
+                r.ms * 1e3, r.achieved, r.unit.c_str(), r.ceiling > 0 ? 100.0 * r.achieved / r.ceiling : 0.0);
+    std::fflush(stdout);
+    rows.push_back(std::move(r));
+}
+
+template <class T>
+const char* type_name() {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    else if constexpr (std::is_same_v<T, half>) return "fp16";
+    else return "bf16";
+}
+
+// GPT-2 124M shapes.
+constexpr int B = 16, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+constexpr std::int64_t N = std::int64_t{B} * T;
+constexpr std::int64_t params = 124'475'904;  // GPT-2 124M with the padded vocabulary
+
+struct Ceilings {
+    double copy_gbs = 0;
+    double gemm_fp32 = 0, gemm_tf32 = 0, gemm_bf16 = 0, gemm_fp16 = 0;
+    double gemm(const char* dtype) const {
+        const std::string d = dtype;
+        return d == "fp32" ? gemm_fp32 : d == "fp16" ? gemm_fp16 : gemm_bf16;
+    }
+};
+
+double copy_bandwidth() {
+    const std::int64_t bytes = std::int64_t{2} << 30;  // 2 GiB each way
+    DeviceArray<std::byte> a(bytes), b(bytes);
+    check(cudaMemset(a.p, 1, static_cast<std::size_t>(bytes)));
+    const double ms = median_ms([&](int) { check(cudaMemcpyAsync(b.p, a.p, static_cast<std::size_t>(bytes),
+                                                                 cudaMemcpyDeviceToDevice)); }, 1);
+    const double gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) * 1e-9;
+    record({"cudaMemcpy D2D", "byte", "2 GiB", ms, gbs, "GB/s", gbs});
+    return gbs;
+}
+
+template <class Tin, class Tout>
+double gemm_peak(snug::cuda::Blas& blas, bool tf32, const char* label) {
+    constexpr std::int64_t n = 8192;
+    DeviceArray<Tin> a(n * n), b(n * n);
+    DeviceArray<Tout> c(n * n);
+    fill(a.p, a.n, 1);
+    fill(b.p, b.n, 2);
+    blas.set_tf32(tf32);
+    const double ms = median_ms([&](int) {
+        blas.matmul<Tin, Tout>(nullptr, snug::cuda::Op::N, snug::cuda::Op::N, n, n, n, 1.0f, a.p, n, b.p, n, 0.0f,
+                               c.p, n);
+    }, 1);
+    blas.set_tf32(false);
+    const double tflops = 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3) * 1e-12;
+    record({"cuBLASLt GEMM", label, "8192^3 NN", ms, tflops, "TFLOP/s", tflops});
+    return tflops;
+}
+
+// Runs a memory-bound kernel over `rotation` sets of buffers.
+void memory_row(const char* kernel, const char* dtype, const std::string& shape, double bytes, const Ceilings& c,
+                const std::function<void(int)>& fn, int rotation) {
+    const double ms = median_ms(fn, rotation);
+    record({kernel, dtype, shape, ms, bytes / (ms * 1e-3) * 1e-9, "GB/s", c.copy_gbs});
+}
+
+template <class Tp>
+void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
+    const char* dt = type_name<Tp>();
+    const std::string rows_shape = "N " + std::to_string(N) + " C " + std::to_string(C);
+
+    {  // LayerNorm
+        const double set = 2.0 * double(N * C) * sizeof(Tp);
+        const int R = rotation_for(set, l2);
+        DeviceArray<Tp> inp(R * N * C), out(R * N * C), dout(R * N * C), dinp(R * N * C), w(C), b(C);
+        DeviceArray<float> mean(R * N), rstd(R * N), dw(C), db(C);
+        fill(inp.p, inp.n, 3);
+        fill(dout.p, dout.n, 4);
+        fill(dinp.p, dinp.n, 5);
+        fill(w.p, C, 6, 0.5f, 1.5f);
+        fill(b.p, C, 7);
+        check(cudaMemset(dw.p, 0, C * sizeof(float)));
+        check(cudaMemset(db.p, 0, C * sizeof(float)));
+        memory_row("layernorm_forward", dt, rows_shape, set + 8.0 * N, ceil, [&](int r) {
+            snug::cuda::layernorm_forward(dev, out + r * N * C, mean + r * N, rstd + r * N, inp + r * N * C, w.p, b.p,
+                                          N, C);
+        }, R);
+        // dout, inp read; dinp read and written (it accumulates); mean, rstd read.
+        memory_row("layernorm_backward", dt, rows_shape, 4.0 * double(N * C) * sizeof(Tp) + 8.0 * N, ceil, [&](int r) {
+            snug::cuda::layernorm_backward(dev, dinp + r * N * C, dw.p, db.p, dout + r * N * C, inp + r * N * C, w.p,
+                                           mean + r * N, rstd + r * N, N, C);
+        }, R);
+    }
+    {  // GELU on the MLP's hidden activations (N, 4C)
+        const std::int64_t n = N * 4 * C;
+        const double set = 2.0 * double(n) * sizeof(Tp);
+        const int R = rotation_for(set, l2);
+        DeviceArray<Tp> inp(R * n), out(R * n), dout(R * n);
+        fill(inp.p, inp.n, 8, -4.0f, 4.0f);
+        fill(dout.p, dout.n, 9);
+        const std::string shape = "n " + std::to_string(n);
+        memory_row("gelu_forward", dt, shape, set, ceil,
+                   [&](int r) { snug::cuda::gelu_forward(dev, out + r * n, inp + r * n, n); }, R);
+        memory_row("gelu_backward", dt, shape, 3.0 * double(n) * sizeof(Tp), ceil,
+                   [&](int r) { snug::cuda::gelu_backward(dev, out + r * n, inp + r * n, dout + r * n, n); }, R);
+    }
+    {  // Attention: causal matrix-product FLOPs (forward 2 products, backward 4, each T^2 hs per head)
+        const std::int64_t qkv_n = N * 3 * C, att_n = std::int64_t{B} * NH * T * T;
+        DeviceArray<Tp> qkv(qkv_n), out(N * C), att(att_n), scratch(att_n), dout(N * C), dqkv(qkv_n);
+        fill(qkv.p, qkv_n, 10);
+        fill(dout.p, N * C, 11);
+        const double fwd = 2.0 * double(B) * double(T) * double(T) * double(C);
+        const std::string shape = "B 16 T 1024 C 768 NH 12";
+        double ms = median_ms([&](int) { snug::cuda::attention_forward(dev, out.p, att.p, qkv.p, B, T, C, NH); }, 1);
+        record({"attention_forward", dt, shape, ms, fwd / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+        // The (B, NH, T, T) probabilities dominate its bytes: also as GB/s.
+        record({"attention_forward (bytes)", dt, shape, ms,
+                double(att_n + qkv_n + N * C) * sizeof(Tp) / (ms * 1e-3) * 1e-9, "GB/s", ceil.copy_gbs});
+        ms = median_ms([&](int) {
+            snug::cuda::attention_backward(dev, dqkv.p, scratch.p, dout.p, qkv.p, att.p, B, T, C, NH);
+        }, 1);
+        record({"attention_backward", dt, shape, ms, 2.0 * fwd / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+    }
+    {  // Fused softmax cross-entropy over the logits, in place into dlogits
+        DeviceArray<Tp> logits(N * Vp);
+        DeviceArray<float> losses(N);
+        DeviceArray<std::int32_t> targets(N);
+        fill(logits.p, logits.n, 12, -4.0f, 4.0f);
+        fill_targets_kernel<<<256, 256>>>(targets.p, N, 13, V);
+        snug::cuda::check_last_launch();
+        memory_row("softmax_cross_entropy", dt, "N 16384 V 50257 Vp 50304",
+                   2.0 * double(N * Vp) * sizeof(Tp) + 8.0 * N, ceil, [&](int) {
+            snug::cuda::softmax_cross_entropy(dev, losses.p, logits.p, targets.p, N, V, Vp, 1.0f / float(N));
+        }, 1);
+    }
+    {  // AdamW over every parameter: master, m, v read and written, grad read, working copy written
+        DeviceArray<float> master(params), grad(params), m(params), v(params);
+        DeviceArray<Tp> working(params);
+        fill(master.p, params, 14);
+        fill(grad.p, params, 15, -1e-2f, 1e-2f);
+        fill(m.p, params, 16, -1e-3f, 1e-3f);
+        fill(v.p, params, 17, 0.0f, 1e-6f);
+        int step = 0;
+        const double working_bytes = std::is_same_v<Tp, float> ? 0.0 : double(sizeof(Tp));
+        memory_row("adamw_update", dt, "n 124M", double(params) * (7.0 * 4.0 + working_bytes), ceil, [&](int) {
+            ++step;
+            if constexpr (std::is_same_v<Tp, float>)
+                snug::cuda::adamw_update(dev, master.p, nullptr, grad.p, m.p, v.p, params, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                                         0.1f, step, 1.0f);
+            else
+                snug::cuda::adamw_update(dev, master.p, working.p, grad.p, m.p, v.p, params, 1e-4f, 0.9f, 0.95f,
+                                         1e-8f, 0.1f, step, 1.0f);
+        }, 1);
+    }
+    {  // Linear layers of one block, forward and backward through Blas (the MLP's first, N x 768 -> 3072)
+        const int OC = 4 * C;
+        DeviceArray<Tp> inp(N * C), w(std::int64_t{OC} * C), bias(OC), out(N * OC), dout(N * OC), dinp(N * C);
+        DeviceArray<float> dw(std::int64_t{OC} * C), db(OC);
+        fill(inp.p, inp.n, 18);
+        fill(w.p, w.n, 19, -0.05f, 0.05f);
+        fill(bias.p, OC, 20);
+        fill(dout.p, dout.n, 21);
+        check(cudaMemset(dw.p, 0, dw.n * sizeof(float)));
+        check(cudaMemset(db.p, 0, OC * sizeof(float)));
+        const double flops = 2.0 * double(N) * C * OC;
+        const std::string shape = "N 16384 C 768 OC 3072";
+        double ms = median_ms([&](int) { snug::cuda::linear_forward(dev, out.p, inp.p, w.p, bias.p, N, C, OC); }, 1);
+        record({"linear_forward", dt, shape, ms, flops / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+        ms = median_ms([&](int) {
+            snug::cuda::linear_backward(dev, dinp.p, dw.p, db.p, dout.p, inp.p, w.p, N, C, OC);
+        }, 1);
+        record({"linear_backward", dt, shape, ms, 2.0 * flops / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+    }
+}
+
+void unscale(const snug::cuda::Device& dev, const Ceilings& ceil) {
+    DeviceArray<float> grads(params), flag(1);
+    fill(grads.p, params, 22);
+    check(cudaMemset(flag.p, 0, sizeof(float)));
+    float inv = 0.5f;
+    memory_row("unscale_and_check", "fp32", "n 124M", 8.0 * double(params), ceil, [&](int) {
+        snug::cuda::unscale_and_check(dev, grads.p, params, inv, flag.p);
+        inv = 1.0f / inv;  // values neither grow nor shrink
+    }, 1);
+    float found = 0.0f;
+    check(cudaMemcpy(&found, flag.p, sizeof(float), cudaMemcpyDeviceToHost));
+    if (found != 0.0f) std::printf("WARNING: unscale_and_check flagged finite data\n");
+}
+
+int run(const char* csv_path) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        std::printf("kernels_bench: no CUDA device present: nothing measured (exit 77 = skipped)\n");
+        return 77;
+    }
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0));
+    const double l2 = static_cast<double>(prop.l2CacheSize);
+    std::printf("device: %s, %d SMs, L2 %.0f MiB, %.1f GiB; warm-up %d, median of %d runs\n", prop.name,
+                prop.multiProcessorCount, l2 / (1 << 20), static_cast<double>(prop.totalGlobalMem) / (1 << 30),
+                warmup_runs, timed_runs);
+    std::printf("%-30s %-6s %-34s %10s %10s %-7s %8s\n", "kernel", "dtype", "shape", "median us", "achieved", "unit",
+                "of ceil");
+
+    snug::MemoryTracker tracker;
+    snug::cuda::Blas blas(tracker);
+    snug::cuda::Device dev;
+    dev.blas = &blas;
+
+    Ceilings ceil;
+    ceil.copy_gbs = copy_bandwidth();
+    ceil.gemm_fp32 = gemm_peak<float, float>(blas, false, "fp32");
+    ceil.gemm_tf32 = gemm_peak<float, float>(blas, true, "tf32");
+    ceil.gemm_bf16 = gemm_peak<bfloat16, bfloat16>(blas, false, "bf16");
+    ceil.gemm_fp16 = gemm_peak<half, half>(blas, false, "fp16");
+    // Kernels in fp32 compare with the plain fp32 GEMM (Blas's default: tf32 off).
+
+    kernels<bfloat16>(dev, ceil, l2);
+    kernels<float>(dev, ceil, l2);
+    unscale(dev, ceil);
+
+    if (csv_path != nullptr) {
+        std::ofstream csv(csv_path);
+        csv << "kernel,dtype,shape,median_ms,achieved,unit,ceiling,fraction\n";
+        for (const Row& r : rows)
+            csv << '"' << r.kernel << "\"," << r.dtype << ",\"" << r.shape << "\"," << r.ms << ',' << r.achieved
+                << ',' << r.unit << ',' << r.ceiling << ',' << (r.ceiling > 0 ? r.achieved / r.ceiling : 0.0) << '\n';
+        std::printf("wrote %s\n", csv_path);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc > 1 ? argv[1] : nullptr);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "kernels_bench: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The one command for the device machine (an H200; see benchmarks/results/README.md):
+#
+#   bash benchmarks/device/run.sh            # from the repository root
+#
+# It builds the CUDA tests and benchmarks for sm_90, runs the CUDA tests
+# (and compute-sanitizer's memcheck on them, time permitting), the kernel
+# microbenchmarks and the step benchmark, writes everything under $OUT (or
+# ./out when $OUT is unset) and prints a compact table last. Each stage has
+# its own time limit so the whole run stays under 8 minutes.
+#
+# The device machine has the CUDA toolkit, CMake and ninja but no Catch2, fmt,
+# nlohmann/json or Google Benchmark. So:
+#   - the benchmarks are plain CUDA programs, built by the project's CMake
+#     with tests off (benchmarks/CMakeLists.txt builds them before it looks
+#     for Google Benchmark);
+#   - the CUDA tests are built by nvcc directly from tests/cuda/*.cu, with
+#     Catch2's single header carried in third_party_headers/ (ignored by git).
+#     Run this script once on a CPU machine first: it copies
+#     /usr/include/catch2 there, and the device call carries that folder:
+#       run(command="bash benchmarks/device/run.sh", carry=["third_party_headers"])
+#     No CUDA test needs fmt (only host tests do, and they run in CI), so fmt
+#     is not carried: fmt is a compiled library on Debian, and although fmt
+#     9's headers work header-only (FMT_HEADER_ONLY pulls in format-inl.h),
+#     nothing built here needs it.
+#
+# Without a GPU (a CPU machine) it prepares the headers, configures, says
+# plainly that no GPU is present and exits 0. SNUG_DEVICE_BUILD=1 makes it
+# build the benchmarks there too (a compile check; slow on 2 cores).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+out=${OUT:-$root/out}
+mkdir -p "$out"
+build=${SNUG_DEVICE_BUILD_DIR:-$root/build-device}
+jobs=$(nproc 2>/dev/null || echo 4)
+start=$SECONDS
+log() { printf '[run.sh %4ds] %s\n' $((SECONDS - start)) "$*" | tee -a "$out/run.log"; }
+summary=()
+
+# ---- Catch2's header, carried from a machine that has it ----
+if [[ ! -f third_party_headers/catch2/catch.hpp && -f /usr/include/catch2/catch.hpp ]]; then
+    mkdir -p third_party_headers/catch2
+    cp /usr/include/catch2/catch.hpp third_party_headers/catch2/
+    log "copied /usr/include/catch2/catch.hpp into third_party_headers/ (carry it to the device machine)"
+fi
+
+# ---- is there a GPU? ----
+gpu=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+fi
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit="$commit+dirty"; fi
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $commit"
+    echo "gpu: ${gpu:-none}"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    echo "host compiler: $(c++ --version 2>/dev/null | head -1)"
+} | tee "$out/environment.txt"
+
+if ! command -v nvcc >/dev/null 2>&1; then
+    log "NO CUDA TOOLKIT (nvcc) here: nothing to build or run. No GPU results."
+    exit 0
+fi
+
+# ---- configure: CUDA on, tests off (no Catch2/fmt packages there), sm_90 ----
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSNUG_WITH_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DSNUG_BUILD_TESTS=OFF -DSNUG_BUILD_EXAMPLES=OFF \
+        -DSNUG_BUILD_BENCHMARKS=ON >"$out/configure.log" 2>&1; then
+    log "configure FAILED (see configure.log)"; tail -20 "$out/configure.log"; exit 1
+fi
+log "configured $build (sm_90)"
+
+if [[ -z $gpu && ${SNUG_DEVICE_BUILD:-0} != 1 ]]; then
+    log "NO GPU PRESENT on this machine (nvidia-smi finds none): configured only; no tests or benchmarks run."
+    log "On the device machine: run(command=\"bash benchmarks/device/run.sh\", carry=[\"third_party_headers\"])"
+    exit 0
+fi
+
+# ---- build: the two benchmarks (CMake) and the CUDA tests (nvcc), in parallel ----
+(timeout 300 cmake --build "$build" -j "$jobs" --target snug_cuda_kernels_bench snug_cuda_step_bench \
+    >"$out/build_bench.log" 2>&1; echo $? >"$build/bench.rc") &
+bench_pid=$!
+
+tests_bin=""
+if [[ -f third_party_headers/catch2/catch.hpp ]]; then
+    mkdir -p "$build/cuda_tests"
+    nvcc_flags=(-std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Itests -Ithird_party_headers
+                "-DSNUG_TEST_DATA_DIR=\"$root/tests/data\"" -Xcompiler=-Wall,-Wextra)
+    srcs=(tests/cuda/main.cpp tests/cuda/*_test.cu)
+    printf '%s\n' "${srcs[@]}" | timeout 300 xargs -P "$jobs" -I{} sh -c \
+        'nvcc "$@" -x cu -c {} -o "'"$build"'/cuda_tests/$(basename {}).o"' _ "${nvcc_flags[@]}" \
+        >"$out/build_tests.log" 2>&1
+    if timeout 120 nvcc -arch=sm_90 "$build"/cuda_tests/*.o -lcublasLt -o "$build/snug_cuda_tests" \
+            >>"$out/build_tests.log" 2>&1; then
+        tests_bin="$build/snug_cuda_tests"
+        log "built snug_cuda_tests"
+    else
+        log "snug_cuda_tests FAILED to build (build_tests.log)"; grep -m5 error "$out/build_tests.log"
+        summary+=("cuda tests: BUILD FAILED")
+    fi
+else
+    log "no third_party_headers/catch2/catch.hpp: CUDA tests not built (run this script on a CPU machine first)"
+    summary+=("cuda tests: not built (Catch2 header not carried)")
+fi
+wait "$bench_pid"
+bench_rc=$(cat "$build/bench.rc" 2>/dev/null || echo 1)
+if [[ $bench_rc != 0 ]]; then
+    log "benchmarks FAILED to build (build_bench.log)"; grep -m5 -i error "$out/build_bench.log"
+    summary+=("benchmarks: BUILD FAILED")
+fi
+log "build done"
+
+if [[ -z $gpu ]]; then
+    log "NO GPU PRESENT: built only (SNUG_DEVICE_BUILD=1); nothing run."
+    exit 0
+fi
+
+# ---- CUDA tests ----
+if [[ -n $tests_bin ]]; then
+    timeout 150 "$tests_bin" >"$out/cuda_tests.log" 2>&1
+    rc=$?
+    summary+=("cuda tests: rc $rc, $(grep -E '^(All tests passed|test cases:)' "$out/cuda_tests.log" | tail -1)")
+    log "snug_cuda_tests rc $rc"
+fi
+
+# ---- microbenchmarks and the step benchmark ----
+if [[ $bench_rc == 0 ]]; then
+    timeout 150 "$build/benchmarks/snug_cuda_kernels_bench" "$out/kernels.csv" 2>&1 | tee "$out/kernels.txt"
+    log "kernels_bench rc ${PIPESTATUS[0]}"
+    timeout 150 "$build/benchmarks/snug_cuda_step_bench" "$out/step.csv" 2>&1 | tee "$out/step.txt"
+    log "step_bench rc ${PIPESTATUS[0]}"
+fi
+
+# ---- compute-sanitizer, with what time is left (it refuses the GPU under gVisor) ----
+left=$((440 - (SECONDS - start)))
+if [[ -n $tests_bin ]] && command -v compute-sanitizer >/dev/null 2>&1 && ((left > 30)); then
+    timeout "$left" compute-sanitizer --tool memcheck --error-exitcode 99 "$tests_bin" >"$out/sanitizer.log" 2>&1
+    rc=$?
+    case $rc in
+        0) summary+=("compute-sanitizer memcheck: clean") ;;
+        124) summary+=("compute-sanitizer memcheck: stopped at the time limit (${left}s), no error before") ;;
+        *) why=$(grep -m1 -E 'ERROR SUMMARY|not supported|error' "$out/sanitizer.log")
+           summary+=("compute-sanitizer memcheck: rc $rc ($why)") ;;
+    esac
+else
+    summary+=("compute-sanitizer: not run (absent, no tests, or no time left)")
+fi
+
+# ---- the compact table, last ----
+echo
+echo "===== snug on ${gpu} (commit $commit, $(date -u +%Y-%m-%d)) ====="
+for s in "${summary[@]}"; do echo "$s"; done
+if [[ -f $out/kernels.csv ]]; then
+    echo "--- kernels (achieved / measured ceiling) ---"
+    awk -F, 'NR > 1 { gsub(/"/, "")
+        printf "%-28s %-5s %9.1f us %9.1f %-7s %6.1f%%\n", $1, $2, $4 * 1000, $5, $6, $8 * 100 }' \
+        "$out/kernels.csv"
+fi
+if [[ -f $out/step.csv ]]; then
+    echo "--- steps (MFU vs measured bf16 GEMM peak; nominal 989 TFLOP/s in step.csv) ---"
+    awk -F, 'NR > 1 { gsub(/"/, "")
+        printf "%-20s %-5s %9.0f tok/s  MFU %5.1f%%  HFU %5.1f%%  tracker %6.2f GiB  driver %6.2f GiB  %s\n",
+               $1, $2, $7, $8 * 100, $10 * 100, $11, $12, $15 }' \
+        "$out/step.csv"
+fi
+echo "total $((SECONDS - start)) s; full results in $out"
