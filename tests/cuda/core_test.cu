@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
 
 using Catch::Matchers::Contains;
 using snug::Cuda;
 using snug::MemoryCategory;
 using snug::MemoryTracker;
+using snug::test::fresh_seed;
 
 namespace {
 
@@ -26,12 +28,6 @@ constexpr int threads_per_block = 256;
 
 unsigned blocks_for(std::size_t n) {
     return static_cast<unsigned>((n + threads_per_block - 1) / threads_per_block);
-}
-
-// A seed no earlier run used; tests print it so a failure can be replayed.
-std::uint64_t fresh_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
 }
 
 // Device scratch memory for one test, tracked like any other buffer.

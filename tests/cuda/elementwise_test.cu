@@ -32,29 +32,19 @@
 #include "snug/host/gelu.hpp"
 #include "snug/host/transfer.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
 
 using snug::Cuda;
 using snug::MemoryCategory;
 using snug::MemoryTracker;
+using namespace snug::test;
 
 namespace {
-
-std::uint64_t fresh_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-}
 
 // Element counts: one, less than a 128-bit vector of any type, a vector tail,
 // and one large enough for the grid-stride loop (more than 4096 blocks * 256
 // threads * 8 elements).
 const std::int64_t sizes[] = {1, 3, 8, 4099, 9'000'003};
-
-template <class T>
-std::vector<T> uniform_vector(snug::Generator& rng, std::size_t n, float lo, float hi) {
-    std::vector<T> out(n);
-    for (T& x : out) x = T(lo + (hi - lo) * rng.uniform());
-    return out;
-}
 
 // Random bit patterns: every exponent, both signs, subnormals, infinities, NaNs.
 template <class T>
@@ -100,58 +90,8 @@ std::vector<T> to_host(DeviceArray<T>& a, std::size_t n) {
 }
 
 template <class T>
-std::uint32_t bits_of(T x) {
-    if constexpr (std::is_same_v<T, float>)
-        return std::bit_cast<std::uint32_t>(x);
-    else
-        return x.bits;
-}
-
-template <class T>
 bool is_nan_value(T x) {
     return std::isnan(static_cast<float>(x));
-}
-
-// Same bits everywhere (any NaN matches any NaN: CUDA's half -> float keeps
-// no canonical NaN, see core_test.cu).
-template <class T>
-void check_same_bits(const std::vector<T>& device, const std::vector<T>& host, const std::string& what) {
-    REQUIRE(device.size() == host.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-        const bool same = bits_of(device[i]) == bits_of(host[i]) || (is_nan_value(device[i]) && is_nan_value(host[i]));
-        if (!same && ++bad <= 5)
-            FAIL_CHECK(what << "[" << i << "]: device " << static_cast<float>(device[i]) << " (0x" << std::hex
-                            << bits_of(device[i]) << "), host " << static_cast<float>(host[i]) << " (0x"
-                            << bits_of(host[i]) << std::dec << ")");
-    }
-    CHECK(bad == 0);
-}
-
-// |device - host| <= tol * scale, elementwise (a NaN fails).
-template <class T>
-void check_close(const std::vector<T>& device, const std::vector<T>& host, const std::vector<double>& scale,
-                 double tol, const std::string& what) {
-    REQUIRE(device.size() == host.size());
-    std::size_t bad = 0;
-    double worst = 0.0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-        const double d = static_cast<float>(device[i]);
-        const double h = static_cast<float>(host[i]);
-        const double err = std::abs(d - h);
-        if (!(err <= tol * scale[i])) {
-            if (++bad <= 5) FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h);
-        } else if (scale[i] > 0.0) {
-            worst = std::max(worst, err / scale[i]);
-        }
-    }
-    INFO(what << ": worst error / scale " << worst);
-    CHECK(bad == 0);
-}
-
-template <class T>
-constexpr double gelu_tolerance() {
-    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
 }
 
 template <class Dst, class Src>
@@ -168,7 +108,7 @@ void check_cast(snug::Generator& rng, const Cuda& dev, std::int64_t n, std::size
     cast(dev, out_d.data(), in_d.data(), n);
     std::vector<Dst> out(count);
     snug::host::cast(snug::Host{}, out.data(), in.data(), n);
-    check_same_bits(to_host(out_d, count), out, "out");
+    check_same_bits(to_host(out_d, count), out, "out", NanMatch::any_nan);
 }
 
 }  // namespace
@@ -186,8 +126,8 @@ TEMPLATE_TEST_CASE("cuda residual_forward, add_inplace and scale_inplace give th
             INFO("n = " << n << ", offset " << offset);
             const auto count = static_cast<std::size_t>(n);
             MemoryTracker tracker;
-            const auto a = uniform_vector<T>(rng, count, -4.0f, 4.0f);
-            const auto b = uniform_vector<T>(rng, count, -4.0f, 4.0f);
+            const auto a = uniform_values<T>(rng, count, -4.0f, 4.0f);
+            const auto b = uniform_values<T>(rng, count, -4.0f, 4.0f);
             auto a_d = on_device(tracker, a, offset);
             auto b_d = on_device(tracker, b, offset);
             auto out_d = poisoned<T>(tracker, count, offset);
@@ -195,20 +135,20 @@ TEMPLATE_TEST_CASE("cuda residual_forward, add_inplace and scale_inplace give th
             std::vector<T> out(count), acc = a, scaled = b;
             residual_forward(dev, out_d.data(), a_d.data(), b_d.data(), n);
             residual_forward(host, out.data(), a.data(), b.data(), n);
-            check_same_bits(to_host(out_d, count), out, "residual_forward");
+            check_same_bits(to_host(out_d, count), out, "residual_forward", NanMatch::any_nan);
 
             add_inplace(dev, a_d.data(), b_d.data(), n);
             add_inplace(host, acc.data(), b.data(), n);
-            check_same_bits(to_host(a_d, count), acc, "add_inplace");
+            check_same_bits(to_host(a_d, count), acc, "add_inplace", NanMatch::any_nan);
 
             scale_inplace(dev, b_d.data(), n, -0.3f);
             scale_inplace(host, scaled.data(), n, -0.3f);
-            check_same_bits(to_host(b_d, count), scaled, "scale_inplace");
+            check_same_bits(to_host(b_d, count), scaled, "scale_inplace", NanMatch::any_nan);
 
             // out may be one of the inputs.
             residual_forward(dev, a_d.data(), a_d.data(), b_d.data(), n);
             residual_forward(host, acc.data(), acc.data(), scaled.data(), n);
-            check_same_bits(to_host(a_d, count), acc, "residual_forward in place");
+            check_same_bits(to_host(a_d, count), acc, "residual_forward in place", NanMatch::any_nan);
         }
     }
 }
@@ -248,11 +188,11 @@ TEMPLATE_TEST_CASE("cuda gelu forward and backward match the host", "[cuda][gelu
             INFO("n = " << n << ", offset " << offset);
             const auto count = static_cast<std::size_t>(n);
             MemoryTracker tracker;
-            auto x = uniform_vector<T>(rng, count, -8.0f, 8.0f);
+            auto x = uniform_values<T>(rng, count, -8.0f, 8.0f);
             // The clamped tails, zero and a NaN.
             const float specials[] = {-100.0f, -20.0f, 0.0f, 20.0f, 100.0f, NAN};
             for (std::size_t i = 0; i < std::size(specials) && i < count; ++i) x[count - 1 - i] = T(specials[i]);
-            const auto dout = uniform_vector<T>(rng, count, -1.0f, 1.0f);
+            const auto dout = uniform_values<T>(rng, count, -1.0f, 1.0f);
             auto x_d = on_device(tracker, x, offset);
             auto dout_d = on_device(tracker, dout, offset);
             auto out_d = poisoned<T>(tracker, count, offset);
@@ -279,14 +219,14 @@ TEMPLATE_TEST_CASE("cuda gelu forward and backward match the host", "[cuda][gelu
                                 0.1 * std::abs(static_cast<double>(static_cast<float>(dout[i])));
             }
             CHECK(nan_mismatch == 0);
-            check_close(out_dev_cmp, out_cmp, out_scale, gelu_tolerance<T>(), "gelu_forward");
-            check_close(dinp_dev_cmp, dinp_cmp, dinp_scale, gelu_tolerance<T>(), "gelu_backward");
+            check_close(out_dev_cmp, out_cmp, out_scale, tolerance<T>(), "gelu_forward");
+            check_close(dinp_dev_cmp, dinp_cmp, dinp_scale, tolerance<T>(), "gelu_backward");
 
             // In place: out = inp, and dinp = dout.
             gelu_backward(dev, dout_d.data(), x_d.data(), dout_d.data(), n);
             gelu_forward(dev, x_d.data(), x_d.data(), n);
-            check_same_bits(to_host(dout_d, count), dinp_dev, "gelu_backward in place");
-            check_same_bits(to_host(x_d, count), out_dev, "gelu_forward in place");
+            check_same_bits(to_host(dout_d, count), dinp_dev, "gelu_backward in place", NanMatch::any_nan);
+            check_same_bits(to_host(x_d, count), out_dev, "gelu_forward in place", NanMatch::any_nan);
         }
     }
 }

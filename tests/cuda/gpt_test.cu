@@ -17,11 +17,13 @@
 #include "snug/cuda/blas.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_run.hpp"
 #include "support/host_run.hpp"
 
 using snug::Cuda;
 using snug::GPTConfig;
 using snug::MemoryCategory;
+using snug::test::CudaRun;
 
 namespace {
 
@@ -35,16 +37,6 @@ GPTConfig small_config() {
     c.channels = 48;  // head size 16; not a multiple of 32
     return c;
 }
-
-struct CudaRun {
-    snug::MemoryTracker tracker;
-    snug::cuda::Blas blas{tracker};
-    snug::ActivationArena<Cuda> activations{tracker};
-    snug::ActivationArena<Cuda> scratch{tracker, snug::ActivationArena<Cuda>::default_chunk_bytes,
-                                        MemoryCategory::temporaries};
-    snug::Context<Cuda> ctx{Cuda{}, activations, scratch};
-    CudaRun() { ctx.device.blas = &blas; }
-};
 
 template <class Act>
 struct PassResult {

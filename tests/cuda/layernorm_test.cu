@@ -21,109 +21,15 @@
 #include "snug/cuda/layernorm.cuh"
 #include "snug/host/layernorm.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
 
 using Catch::Matchers::Contains;
 using snug::Cuda;
 using snug::MemoryCategory;
 using snug::MemoryTracker;
+using namespace snug::test;
 
 namespace {
-
-std::uint64_t fresh_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-}
-
-// Uniform in [lo, hi), rounded to T, never zero.
-template <class T>
-std::vector<T> random_values(snug::Generator& rng, std::size_t n, float lo, float hi) {
-    std::vector<T> out(n);
-    for (T& x : out) {
-        do {
-            x = T(lo + (hi - lo) * rng.uniform());
-        } while (static_cast<float>(x) == 0.0f);
-    }
-    return out;
-}
-
-template <class T>
-snug::Buffer<T, Cuda> to_device(MemoryTracker& tracker, const std::vector<T>& host) {
-    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, host.size(), "test data");
-    snug::cuda::copy_to_device(d.data(), std::span<const T>(host));
-    return d;
-}
-
-// n elements of 0xFF bytes: NaN in every float type, so an element no kernel
-// wrote shows up. Complete on return, whatever stream runs next.
-template <class T>
-snug::Buffer<T, Cuda> poisoned(MemoryTracker& tracker, std::size_t n) {
-    snug::Buffer<T, Cuda> d(tracker, MemoryCategory::temporaries, n, "poisoned output");
-    snug::cuda::check(cudaMemset(d.data(), 0xFF, d.bytes()));
-    snug::cuda::check(cudaDeviceSynchronize());
-    return d;
-}
-
-template <class T>
-std::vector<T> to_host(const snug::Buffer<T, Cuda>& d) {
-    std::vector<T> out(d.size());
-    snug::cuda::copy_to_host(out.data(), d.data(), d.size());
-    return out;
-}
-
-template <class T>
-std::uint32_t bits_of(T x) {
-    if constexpr (std::is_same_v<T, float>) {
-        return std::bit_cast<std::uint32_t>(x);
-    } else {
-        return x.bits;
-    }
-}
-
-template <class T>
-void check_same_bits(const std::vector<T>& device, const std::vector<T>& host, const std::string& what) {
-    REQUIRE(device.size() == host.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-        if (bits_of(device[i]) != bits_of(host[i]) && ++bad <= 5) {
-            FAIL_CHECK(what << "[" << i << "]: device " << static_cast<float>(device[i]) << ", host "
-                            << static_cast<float>(host[i]));
-        }
-    }
-    CHECK(bad == 0);
-}
-
-// fp32: 1e-5; bfloat16 and half: 1e-2 (DESIGN.md).
-template <class T>
-constexpr double tolerance() {
-    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
-}
-
-// |device - host| <= tol * (|host| + rms(host)) elementwise: a relative error
-// with a floor at the reference's root mean square, for elements near zero
-// where cancellation leaves a pure relative error meaningless. A NaN fails.
-template <class T>
-void check_close(const std::vector<T>& device, const std::vector<T>& host, double tol, const std::string& what) {
-    REQUIRE(device.size() == host.size());
-    double sum_sq = 0.0;
-    for (const T& h : host) sum_sq += double(static_cast<float>(h)) * double(static_cast<float>(h));
-    const double rms = std::sqrt(sum_sq / double(host.empty() ? 1 : host.size()));
-    std::size_t bad = 0;
-    double worst = 0.0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-        const double d = static_cast<float>(device[i]), h = static_cast<float>(host[i]);
-        if (d == h) continue;
-        const double err = std::abs(d - h) / (std::abs(h) + rms);
-        if (!(err <= tol)) {
-            if (++bad <= 5) {
-                FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h << " (error " << err << ")");
-            }
-        } else if (err > worst) {
-            worst = err;
-        }
-    }
-    INFO(what << ": worst error " << worst << " (tolerance " << tol << ")");
-    CHECK(bad == 0);
-}
 
 template <class T>
 void check_layernorm(snug::Generator& rng, std::int64_t N, int C) {

@@ -27,25 +27,16 @@
 #include "snug/host/gemm.hpp"
 #include "snug/host/linear.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
 
 using Catch::Matchers::Contains;
 using snug::Cuda;
 using snug::MemoryCategory;
 using snug::MemoryTracker;
 using snug::cuda::Blas;
+using namespace snug::test;
 
 namespace {
-
-// A seed no earlier run used; tests print it so a failure can be replayed.
-std::uint64_t fresh_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-}
-
-template <class T>
-double to_double(T x) {
-    return static_cast<double>(static_cast<float>(x));
-}
 
 // n values uniform in [-1, 1) (never all zero), rounded to T.
 template <class T>
@@ -53,58 +44,6 @@ std::vector<T> random_vector(snug::Generator& rng, std::size_t n) {
     std::vector<T> out(n);
     for (T& x : out) x = T(rng.uniform() * 2.0f - 1.0f);
     return out;
-}
-
-// Device memory holding a copy of `host`.
-template <class T>
-snug::Buffer<T, Cuda> to_device(MemoryTracker& tracker, const std::vector<T>& host, const char* what) {
-    snug::Buffer<T, Cuda> buffer(tracker, MemoryCategory::temporaries, host.size(), what);
-    snug::cuda::copy_to_device(buffer.data(), std::span<const T>(host));
-    return buffer;
-}
-
-// Device memory of n elements filled with 0xFF bytes: NaN in float, half and
-// bfloat16, so an element a kernel does not write fails every comparison.
-template <class T>
-snug::Buffer<T, Cuda> poisoned(MemoryTracker& tracker, std::size_t n, const char* what) {
-    snug::Buffer<T, Cuda> buffer(tracker, MemoryCategory::temporaries, n, what);
-    snug::cuda::check(cudaMemset(buffer.data(), 0xFF, buffer.bytes()));
-    return buffer;
-}
-
-template <class T>
-std::vector<T> to_host(const snug::Buffer<T, Cuda>& buffer) {
-    std::vector<T> out(buffer.size());
-    snug::cuda::copy_to_host(std::span<T>(out), buffer.data());
-    return out;
-}
-
-// Checks |device[i] - host[i]| <= tol * scale[i] for every i (a NaN fails),
-// reporting the first few misses and the worst ratio.
-template <class T>
-void check_close(const std::vector<T>& device, const std::vector<T>& host, const std::vector<double>& scale,
-                 double tol, const std::string& what) {
-    REQUIRE(device.size() == host.size());
-    REQUIRE(scale.size() == host.size());
-    std::size_t bad = 0;
-    double worst = 0.0;
-    for (std::size_t i = 0; i < host.size(); ++i) {
-        const double d = to_double(device[i]);
-        const double h = to_double(host[i]);
-        const double err = std::abs(d - h);
-        if (!(err <= tol * scale[i])) {
-            if (++bad <= 5) FAIL_CHECK(what << "[" << i << "]: device " << d << ", host " << h << ", scale " << scale[i]);
-        } else {
-            worst = std::max(worst, err / scale[i]);
-        }
-    }
-    INFO(what << ": worst error / scale " << worst << " (tolerance " << tol << ")");
-    CHECK(bad == 0);
-}
-
-template <class T>
-constexpr double output_tolerance() {
-    return std::is_same_v<T, float> ? 1e-5 : 1e-2;
 }
 
 template <class T>
@@ -210,10 +149,10 @@ TEMPLATE_TEST_CASE("cuda linear forward and backward match the host", "[cuda][li
     for (const Shape& s : linear_shapes) {
         for (const bool fused : {true, false}) {
             blas.set_fuse_bias(fused);
-            compare_linear<TestType>(blas, s, true, output_tolerance<TestType>(), gradient_tolerance<TestType>(),
+            compare_linear<TestType>(blas, s, true, tolerance<TestType>(), gradient_tolerance<TestType>(),
                                      seed);
         }
-        compare_linear<TestType>(blas, s, false, output_tolerance<TestType>(), gradient_tolerance<TestType>(),
+        compare_linear<TestType>(blas, s, false, tolerance<TestType>(), gradient_tolerance<TestType>(),
                                  seed + 1);
     }
 }

@@ -12,11 +12,13 @@
 #include "snug/cuda/blas.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_run.hpp"
 #include "snug/train/train_step.hpp"
 
 using snug::Cuda;
 using snug::GPTConfig;
 using snug::MemoryCategory;
+using snug::test::CudaRun;
 using snug::MicroBatch;
 
 namespace {
@@ -31,16 +33,6 @@ GPTConfig config() {
     c.channels = 64;
     return c;
 }
-
-struct CudaRun {
-    snug::MemoryTracker tracker;
-    snug::cuda::Blas blas{tracker};
-    snug::ActivationArena<Cuda> activations{tracker};
-    snug::ActivationArena<Cuda> scratch{tracker, snug::ActivationArena<Cuda>::default_chunk_bytes,
-                                        MemoryCategory::temporaries};
-    snug::Context<Cuda> ctx{Cuda{}, activations, scratch};
-    CudaRun() { ctx.device.blas = &blas; }
-};
 
 // Tokens and targets (a learnable pattern) for `n` positions, on the device.
 struct DeviceTokens {

@@ -23,20 +23,17 @@
 #include "snug/cuda/unscale.cuh"
 #include "snug/host/unscale.hpp"
 #include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
 
 namespace {
 
 using snug::Cuda;
 using snug::MemoryCategory;
 using snug::MemoryTracker;
+using snug::test::fresh_seed;
 
 constexpr float pinf = std::numeric_limits<float>::infinity();
 constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
-
-std::uint64_t fresh_seed() {
-    std::random_device device;
-    return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-}
 
 // Random non-zero gradients: random sign, mantissa in [1, 2), binary exponent
 // in [-40, 10] (some products land on subnormals for small inv_scale).

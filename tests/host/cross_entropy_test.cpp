@@ -20,10 +20,14 @@
 
 #include <fmt/format.h>
 
+#include "support/host_support.hpp"
+
 namespace {
 
 using snug::half;
 using Dev = snug::host::Device;
+using snug::test::bits_of;
+using snug::test::from_d;
 
 constexpr double u32 = 0x1p-24;
 constexpr double u64 = 0x1p-53;
@@ -32,22 +36,6 @@ long double to_ld(float x) { return x; }
 long double to_ld(double x) { return x; }
 long double to_ld(half x) { return static_cast<float>(x); }
 long double to_ld(snug::bfloat16 x) { return static_cast<float>(x); }
-
-template <class T>
-T from_d(double x) {
-    if constexpr (std::is_same_v<T, double>) {
-        return x;
-    } else {
-        return T(static_cast<float>(x));
-    }
-}
-
-template <class T>
-std::uint64_t bits_of(T x) {
-    std::uint64_t b = 0;
-    std::memcpy(&b, &x, sizeof(T));
-    return b;
-}
 
 std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
 

@@ -11,30 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "support/host_support.hpp"
+
 namespace {
 
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
-
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<double> dist(-1.0, 1.0);
-    std::vector<T> v(n);
-    for (auto& x : v) {
-        double d = 0.0;
-        do {
-            d = dist(gen);
-        } while (d == 0.0);
-        if constexpr (std::is_same_v<T, double>) {
-            x = d;
-        } else {
-            x = T(static_cast<float>(d));
-        }
-    }
-    return v;
-}
+using snug::test::random_values;
 
 std::vector<std::int32_t> random_tokens(std::size_t n, int V, std::uint32_t seed) {
     std::mt19937 gen(seed);

@@ -14,11 +14,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/host_support.hpp"
+
 namespace {
 
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
+using snug::test::is_rne;
 
 constexpr long double pi_l = 3.14159265358979323846264338327950288L;
 
@@ -66,27 +69,6 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo, fl
         } while (x == 0.0F);
     }
     return v;
-}
-
-template <class T>
-double val(T x) {
-    return static_cast<double>(static_cast<float>(x));
-}
-
-// True when the finite 16-bit `b` is the round-to-nearest-even image of x.
-template <class T>
-bool is_rne(double x, T b) {
-    const double v = val(b);
-    const auto mag = static_cast<int>(b.bits & 0x7FFF);
-    const auto sign = static_cast<std::uint16_t>(b.bits & 0x8000);
-    const int max_finite = std::is_same_v<T, half> ? 0x7BFF : 0x7F7F;
-    for (int step : {-1, 1}) {
-        const int nm = mag + step;
-        if (nm < 0 || nm > max_finite) continue;
-        const double nd = std::fabs(x - val(T::from_bits(static_cast<std::uint16_t>(sign | nm))));
-        if (nd < std::fabs(x - v) || (nd == std::fabs(x - v) && (b.bits & 1) != 0)) return false;
-    }
-    return true;
 }
 
 }  // namespace

@@ -15,36 +15,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/host_support.hpp"
+
 namespace {
 
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
-
-template <class T>
-std::vector<T> random_values(std::size_t n, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<double> dist(lo, hi);
-    std::vector<T> v(n);
-    for (auto& x : v) {
-        double d = 0.0;
-        do {
-            d = dist(gen);
-        } while (d == 0.0);
-        if constexpr (std::is_same_v<T, double>) {
-            x = d;
-        } else {
-            x = T(static_cast<float>(d));
-        }
-    }
-    return v;
-}
-
-template <class T>
-double val(T x) {
-    return static_cast<double>(static_cast<float>(x));
-}
-double val(double x) { return x; }
+using snug::test::is_rne;
+using snug::test::random_values;
+using snug::test::to_double;
 
 // Naive two-pass LayerNorm in double.
 struct Reference {
@@ -60,13 +40,13 @@ Reference reference_forward(const std::vector<T>& inp, const std::vector<T>& w, 
     r.rstd.resize(static_cast<std::size_t>(N));
     for (std::int64_t n = 0; n < N; ++n) {
         double m = 0.0;
-        for (int c = 0; c < C; ++c) m += val(inp[n * C + c]);
+        for (int c = 0; c < C; ++c) m += to_double(inp[n * C + c]);
         m /= C;
         double v = 0.0;
-        for (int c = 0; c < C; ++c) v += (val(inp[n * C + c]) - m) * (val(inp[n * C + c]) - m);
+        for (int c = 0; c < C; ++c) v += (to_double(inp[n * C + c]) - m) * (to_double(inp[n * C + c]) - m);
         v /= C;
         const double rs = 1.0 / std::sqrt(v + 1e-5);
-        for (int c = 0; c < C; ++c) r.out[n * C + c] = (val(inp[n * C + c]) - m) * rs * val(w[c]) + val(b[c]);
+        for (int c = 0; c < C; ++c) r.out[n * C + c] = (to_double(inp[n * C + c]) - m) * rs * to_double(w[c]) + to_double(b[c]);
         r.mean[n] = m;
         r.rstd[n] = rs;
     }
@@ -88,23 +68,6 @@ struct Size {
     std::int64_t N;
     int C;
 };
-
-// True when the finite 16-bit `b` is the round-to-nearest-even image of x:
-// neither magnitude neighbour is nearer, and a tie leaves b's mantissa even.
-template <class T>
-bool is_rne(double x, T b) {
-    const double v = val(b);
-    const auto mag = static_cast<int>(b.bits & 0x7FFF);
-    const auto sign = static_cast<std::uint16_t>(b.bits & 0x8000);
-    const int max_finite = std::is_same_v<T, half> ? 0x7BFF : 0x7F7F;
-    for (int step : {-1, 1}) {
-        const int nm = mag + step;
-        if (nm < 0 || nm > max_finite) continue;
-        const double nd = std::fabs(x - val(T::from_bits(static_cast<std::uint16_t>(sign | nm))));
-        if (nd < std::fabs(x - v) || (nd == std::fabs(x - v) && (b.bits & 1) != 0)) return false;
-    }
-    return true;
-}
 
 }  // namespace
 

@@ -18,34 +18,18 @@
 
 #include <fmt/format.h>
 
+#include "support/host_support.hpp"
+
 namespace {
 
 using snug::half;
 using Dev = snug::host::Device;
+using snug::test::bits_of;
+using snug::test::from_d;
+using snug::test::to_double;
 
 // Unit roundoff of fp32: the relative error of one rounding.
 constexpr double u32 = 0x1p-24;
-
-double to_d(float x) { return x; }
-double to_d(double x) { return x; }
-double to_d(half x) { return static_cast<float>(x); }
-double to_d(snug::bfloat16 x) { return static_cast<float>(x); }
-
-template <class T>
-T from_d(double x) {
-    if constexpr (std::is_same_v<T, double>) {
-        return x;
-    } else {
-        return T(static_cast<float>(x));
-    }
-}
-
-template <class T>
-std::uint64_t bits_of(T x) {
-    std::uint64_t b = 0;
-    std::memcpy(&b, &x, sizeof(T));
-    return b;
-}
 
 // n values in [-1, -1/8] u [1/8, 1] (never zero), rounded to T.
 template <class T>
@@ -63,7 +47,7 @@ std::vector<T> random_values(std::int64_t n, std::mt19937& rng) {
 template <class To, class From>
 std::vector<To> convert(const std::vector<From>& v) {
     std::vector<To> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_d<To>(to_d(v[i]));
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_d<To>(to_double(v[i]));
     return out;
 }
 
@@ -87,10 +71,10 @@ Ref forward_ref(const std::vector<T>& inp, const std::vector<T>& w, const T* bia
     Ref r{std::vector<double>(at(N * OC)), std::vector<double>(at(N * OC))};
     for (std::int64_t n = 0; n < N; ++n) {
         for (int o = 0; o < OC; ++o) {
-            double s = bias != nullptr ? to_d(bias[o]) : 0.0;
+            double s = bias != nullptr ? to_double(bias[o]) : 0.0;
             double a = std::fabs(s);
             for (int c = 0; c < C; ++c) {
-                const double p = to_d(inp[at(n * C + c)]) * to_d(w[at(std::int64_t{o} * C + c)]);
+                const double p = to_double(inp[at(n * C + c)]) * to_double(w[at(std::int64_t{o} * C + c)]);
                 s += p;
                 a += std::fabs(p);
             }
@@ -115,14 +99,14 @@ Grads backward_ref(const std::vector<T>& dout, const std::vector<T>& inp, const 
             {std::vector<double>(at(OC)), std::vector<double>(at(OC))}};
     for (std::int64_t n = 0; n < N; ++n) {
         for (int o = 0; o < OC; ++o) {
-            const double d = to_d(dout[at(n * OC + o)]);
+            const double d = to_double(dout[at(n * OC + o)]);
             g.dbias.value[at(o)] += d;
             g.dbias.scale[at(o)] += std::fabs(d);
             for (int c = 0; c < C; ++c) {
-                const double pw = d * to_d(w[at(std::int64_t{o} * C + c)]);
+                const double pw = d * to_double(w[at(std::int64_t{o} * C + c)]);
                 g.dinp.value[at(n * C + c)] += pw;
                 g.dinp.scale[at(n * C + c)] += std::fabs(pw);
-                const double px = d * to_d(inp[at(n * C + c)]);
+                const double px = d * to_double(inp[at(n * C + c)]);
                 g.dweight.value[at(std::int64_t{o} * C + c)] += px;
                 g.dweight.scale[at(std::int64_t{o} * C + c)] += std::fabs(px);
             }
@@ -144,7 +128,7 @@ std::string check_close(const char* what, const std::vector<G>& got, const Ref& 
         const double b = base != nullptr ? (*base)[i] : 0.0;
         const double want = b + times * ref.value[i];
         const double tol = terms * unit * (times * ref.scale[i] + std::fabs(b)) + 1e-30;
-        const double g = to_d(got[i]);
+        const double g = to_double(got[i]);
         if (!(std::fabs(g - want) <= tol)) {
             if (bad++ == 0) first = fmt::format("{}[{}] = {} but want {} (tolerance {:.3g})", what, i, g, want, tol);
         }
@@ -344,13 +328,13 @@ TEMPLATE_TEST_CASE("linear (16-bit) rounds to nearest even", "[linear]", half, s
     const std::vector<T> x{from_d<T>(1.0)};
     const std::vector<T> w{from_d<T>(1.0 + u), from_d<T>(1.0), from_d<T>(1.0)};
     const std::vector<T> b{from_d<T>(u / 2), from_d<T>(u / 2), from_d<T>(u / 2 * (1.0 + u))};
-    REQUIRE(to_d(w[0]) == 1.0 + u);  // every input is exact in T
-    REQUIRE(to_d(b[2]) == u / 2 * (1.0 + u));
+    REQUIRE(to_double(w[0]) == 1.0 + u);  // every input is exact in T
+    REQUIRE(to_double(b[2]) == u / 2 * (1.0 + u));
     auto out = nan_filled<T>(3);
     snug::host::linear_forward(Dev{}, out.data(), x.data(), w.data(), b.data(), 1, 1, 3);
-    CHECK(to_d(out[0]) == 1.0 + 2 * u);  // 1 + 1.5u: tie, to the even 1 + 2u
-    CHECK(to_d(out[1]) == 1.0);          // 1 + 0.5u: tie, to the even 1
-    CHECK(to_d(out[2]) == 1.0 + u);      // just above the tie: up
+    CHECK(to_double(out[0]) == 1.0 + 2 * u);  // 1 + 1.5u: tie, to the even 1 + 2u
+    CHECK(to_double(out[1]) == 1.0);          // 1 + 0.5u: tie, to the even 1
+    CHECK(to_double(out[2]) == 1.0 + u);      // just above the tie: up
 
     // Backward: dinp = dout W with N = 1, OC = 2, C = 1: 1 * (1 + u) + 1 * u/2.
     const std::vector<T> dout{from_d<T>(1.0), from_d<T>(1.0)};
@@ -358,7 +342,7 @@ TEMPLATE_TEST_CASE("linear (16-bit) rounds to nearest even", "[linear]", half, s
     auto dinp = nan_filled<T>(1);
     std::vector<float> dw(2, 0.0f);
     snug::host::linear_backward<T>(Dev{}, dinp.data(), dw.data(), nullptr, dout.data(), x.data(), w2.data(), 1, 1, 2);
-    CHECK(to_d(dinp[0]) == 1.0 + 2 * u);
+    CHECK(to_double(dinp[0]) == 1.0 + 2 * u);
     CHECK(dw == std::vector<float>{1.0f, 1.0f});
 }
 

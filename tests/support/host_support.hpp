@@ -1,0 +1,79 @@
+// Test support for the host tests in tests/host: values as double, exact
+// round trips from double, object bits, seeded random inputs, and the
+// round-to-nearest-even check for 16-bit results.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "snug/core/half.hpp"
+
+namespace snug::test {
+
+// The value of a float, half or bfloat16 (through float), or of a double.
+template <class T>
+double to_double(T x) {
+    return static_cast<double>(static_cast<float>(x));
+}
+inline double to_double(double x) { return x; }
+
+// x rounded to T (through float unless T is double).
+template <class T>
+T from_d(double x) {
+    if constexpr (std::is_same_v<T, double>) {
+        return x;
+    } else {
+        return T(static_cast<float>(x));
+    }
+}
+
+// The object representation of x, zero-extended.
+template <class T>
+std::uint64_t bits_of(T x) {
+    static_assert(sizeof(T) <= sizeof(std::uint64_t));
+    std::uint64_t b = 0;
+    std::memcpy(&b, &x, sizeof(T));
+    return b;
+}
+
+// n values uniform in [lo, hi) drawn in double from mt19937(seed), never
+// zero, rounded to T.
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<T> v(n);
+    for (auto& x : v) {
+        double d = 0.0;
+        do {
+            d = dist(gen);
+        } while (d == 0.0);
+        x = from_d<T>(d);
+    }
+    return v;
+}
+
+// True when the finite 16-bit `b` (half or bfloat16) is the
+// round-to-nearest-even image of x: neither magnitude neighbour is nearer,
+// and a tie leaves b's mantissa even.
+template <class T>
+bool is_rne(double x, T b) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>);
+    const double v = to_double(b);
+    const auto mag = static_cast<int>(b.bits & 0x7FFF);
+    const auto sign = static_cast<std::uint16_t>(b.bits & 0x8000);
+    const int max_finite = std::is_same_v<T, half> ? 0x7BFF : 0x7F7F;
+    for (int step : {-1, 1}) {
+        const int nm = mag + step;
+        if (nm < 0 || nm > max_finite) continue;
+        const double nd = std::fabs(x - to_double(T::from_bits(static_cast<std::uint16_t>(sign | nm))));
+        if (nd < std::fabs(x - v) || (nd == std::fabs(x - v) && (b.bits & 1) != 0)) return false;
+    }
+    return true;
+}
+
+}  // namespace snug::test
