@@ -15,27 +15,14 @@
 #include "snug/data/loader.hpp"
 #include "snug/data/text_file.hpp"
 #include "snug/data/token_file.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
 
-// A fresh directory under the system's temporary directory, removed afterwards.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::random_device rd;
-        path = fs::temp_directory_path() / ("snug-data-test-" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-};
+using snug::test::TempDir;
 
 std::mt19937_64 fresh_rng() {
     std::random_device rd;

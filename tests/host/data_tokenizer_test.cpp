@@ -11,26 +11,14 @@
 
 #include "snug/core/error.hpp"
 #include "snug/data/tokenizer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::random_device rd;
-        path = fs::temp_directory_path() / ("snug-tokenizer-test-" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-};
+using snug::test::TempDir;
 
 void put_le32(std::vector<unsigned char>& b, std::size_t at, std::uint32_t v) {
     for (int i = 0; i < 4; ++i) b[at + static_cast<std::size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
