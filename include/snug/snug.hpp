@@ -31,4 +31,5 @@
 #include "snug/precision/policies.hpp"
 #include "snug/accumulate/policies.hpp"
 #include "snug/checkpoint/policies.hpp"
+#include "snug/train/planner.hpp"
 #include "snug/train/train_step.hpp"

@@ -135,13 +135,18 @@ public:
     static constexpr std::size_t required_alignment = 16;
 
     explicit Blas(MemoryTracker& tracker, std::source_location loc = std::source_location::current()) {
+        workspace_ = Buffer<std::byte, Cuda>(tracker, MemoryCategory::workspace, workspace_bytes_for_current_device(loc),
+                                             "cuBLASLt workspace");
+        check(cublasLtCreate(&handle_), loc);
+    }
+
+    // The workspace a Blas takes on the current device (what a memory plan counts).
+    static std::size_t workspace_bytes_for_current_device(std::source_location loc = std::source_location::current()) {
         int device = 0;
         check(cudaGetDevice(&device), loc);
         int major = 0;
         check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), loc);
-        const std::size_t bytes = major == 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
-        workspace_ = Buffer<std::byte, Cuda>(tracker, MemoryCategory::workspace, bytes, "cuBLASLt workspace");
-        check(cublasLtCreate(&handle_), loc);
+        return major == 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
     }
 
     Blas(const Blas&) = delete;

@@ -1,0 +1,397 @@
+// The memory planner against the tracker: for tiny GPTs in every precision,
+// with and without accumulation, under every checkpoint policy, a run built
+// as train_gpt builds it (tracker, GPT, token buffers, TrainStep, the two
+// arenas; two updates, an evaluation, a sampling pass) ends with the peaks
+// the planner predicted, per category and in total, to the byte. Then the
+// searches: budgets built from predictions pick the micro-batch, policy and
+// depth they should, and the picked configuration really runs under that
+// budget while the next larger one runs out of memory.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "snug/core/buffer.hpp"
+#include "snug/core/rng.hpp"
+#include "snug/nn/gpt.hpp"
+#include "snug/train/planner.hpp"
+#include "snug/train/train_step.hpp"
+#include "support/host_run.hpp"
+
+using snug::GPTConfig;
+using snug::MemoryCategory;
+using snug::MemoryPlanInput;
+using snug::Recompute;
+using snug::PrecisionKind;
+
+namespace {
+
+GPTConfig shape(int vocab, int max_seq, int layers, int heads, int channels) {
+    GPTConfig c = GPTConfig{}.with_vocab(vocab).with_context(max_seq);
+    c.n_layer = layers;
+    c.n_head = heads;
+    c.channels = channels;
+    return c;
+}
+
+// A checkpoint policy that answers with the modes it was given: how a test
+// runs a plan the planner chose at run time.
+struct Fixed {
+    static constexpr const char* name = "fixed";
+    std::vector<Recompute> modes;
+    std::vector<Recompute> plan(const snug::CheckpointQuery&) const { return modes; }
+};
+
+struct Measured {
+    snug::MemoryBreakdown peak{};
+    std::size_t total = 0;
+    snug::MemoryBreakdown at_total{};
+    std::vector<Recompute> plan;
+};
+
+// What train_gpt does, in its order: the model, the token and target ids of
+// n micro-batches (workspace), TrainStep; two updates; an evaluation; a
+// sampling window and a forward over it without targets.
+template <class Precision, class Checkpoint>
+Measured run_like_trainer(const GPTConfig& c, int B, int T, int n, Checkpoint checkpoint,
+                          std::optional<std::size_t> budget = std::nullopt, int window = 0) {
+    using Act = typename Precision::compute_type;
+    using Model = snug::GPT<Act, snug::Host>;
+    snug::test::HostRun run;
+    run.tracker.set_budget(budget);
+    Model model(c, run.tracker);
+    const auto weights = snug::gpt_initial_weights(c, 11);
+    model.load_weights(run.ctx.device, weights);
+    const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+    snug::Buffer<std::int32_t, snug::Host> tokens(run.tracker, MemoryCategory::workspace, count, "token ids");
+    snug::Buffer<std::int32_t, snug::Host> targets(run.tracker, MemoryCategory::workspace, count, "target ids");
+    snug::Generator g(3);
+    for (std::size_t i = 0; i < count; ++i) {
+        tokens.data()[i] = static_cast<std::int32_t>(g.below(static_cast<std::uint64_t>(c.vocab_size)));
+        targets.data()[i] = static_cast<std::int32_t>(g.below(static_cast<std::uint64_t>(c.vocab_size)));
+    }
+    snug::TrainStep<Model, Precision, snug::accumulate::Steps, Checkpoint> step(
+        model, run.tracker, run.ctx.device, weights, {}, {}, snug::accumulate::Steps(n), checkpoint);
+    std::vector<snug::MicroBatch> batches;
+    const std::int64_t BT = std::int64_t{B} * T;
+    for (int m = 0; m < n; ++m) batches.push_back({tokens.data() + m * BT, targets.data() + m * BT});
+    for (int update = 0; update < 2; ++update) step.step(run.ctx, batches, B, T, 1e-3f);
+    (void)model.evaluate(run.ctx, tokens.data(), targets.data(), B, T);
+    if (window > 0) {
+        snug::Buffer<std::int32_t, snug::Host> ids(run.tracker, MemoryCategory::workspace,
+                                                   static_cast<std::size_t>(c.max_seq_len), "sampling window");
+        for (int i = 0; i < window; ++i) ids.data()[i] = tokens.data()[i % static_cast<int>(count)];
+        model.forward(run.ctx, ids.data(), nullptr, 1, window, 0.0f);
+        model.release(run.ctx);
+    }
+    Measured m;
+    for (MemoryCategory cat : snug::all_memory_categories)
+        m.peak[static_cast<std::size_t>(cat)] = run.tracker.peak(cat);
+    m.total = run.tracker.peak_total();
+    m.at_total = run.tracker.peak_breakdown();
+    m.plan.assign(step.recompute_plan().begin(), step.recompute_plan().end());
+    return m;
+}
+
+std::string describe(const MemoryPlanInput& in) {
+    std::string modes;
+    for (Recompute r : in.modes()) modes += std::string(modes.empty() ? "" : " ") + snug::recompute_name(r);
+    return fmt::format("L {} NH {} C {} Vp {}, {} B {} T {} n {}, window {}, modes [{}]", in.model.n_layer,
+                       in.model.n_head, in.model.channels, in.model.padded_vocab_size,
+                       snug::precision_name(in.precision), in.micro_batch, in.seq, in.accumulation,
+                       in.sampling_window, modes);
+}
+
+// Every category, the total and the breakdown at the total's peak: exact,
+// and within the 2% in any case.
+void compare(const MemoryPlanInput& in, const snug::MemoryPlan& predicted, const Measured& measured) {
+    INFO(describe(in));
+    INFO("predicted peak at the " << predicted.peak_moment);
+    auto within_2_percent = [](std::size_t pred, std::size_t meas) {
+        const double diff = pred > meas ? double(pred - meas) : double(meas - pred);
+        return diff <= 0.02 * double(meas);
+    };
+    for (MemoryCategory cat : snug::all_memory_categories) {
+        const auto i = static_cast<std::size_t>(cat);
+        INFO(fmt::format("{}: predicted {}, measured {}", snug::category_name(cat), predicted.peak[i],
+                         measured.peak[i]));
+        CHECK(within_2_percent(predicted.peak[i], measured.peak[i]));
+        CHECK(predicted.peak[i] == measured.peak[i]);
+        INFO(fmt::format("at the total's peak: predicted {}, measured {}", predicted.at_total_peak[i],
+                         measured.at_total[i]));
+        CHECK(predicted.at_total_peak[i] == measured.at_total[i]);
+    }
+    INFO(fmt::format("total: predicted {}, measured {}", predicted.total, measured.total));
+    CHECK(within_2_percent(predicted.total, measured.total));
+    CHECK(predicted.total == measured.total);
+}
+
+template <class Precision, class Checkpoint>
+void check_policy(const GPTConfig& c, int B, int T, int n, Checkpoint checkpoint, int window) {
+    constexpr PrecisionKind p = snug::precision_kind<Precision>();
+    MemoryPlanInput in{c, p, B, T, n, snug::plan_recompute(checkpoint, c, p, B, T), 0, window};
+    const snug::MemoryPlan predicted = snug::predict_memory(in);
+    const Measured measured = run_like_trainer<Precision>(c, B, T, n, checkpoint, std::nullopt, window);
+    INFO("checkpoint " << snug::checkpoint_label(checkpoint));
+    CHECK(measured.plan == in.recompute);
+    compare(in, predicted, measured);
+}
+
+template <class Precision>
+void check_every_policy(const GPTConfig& c, int B, int T, int n, int window) {
+    namespace ck = snug::checkpoint;
+    check_policy<Precision>(c, B, T, n, ck::None{}, window);
+    check_policy<Precision>(c, B, T, n, ck::Full{}, window);
+    check_policy<Precision>(c, B, T, n, ck::EveryNth<2>{}, window);
+    check_policy<Precision>(c, B, T, n, ck::Selective{}, window);
+    // A budget between what full checkpointing and keeping everything need.
+    const std::size_t A = snug::compute_bytes(snug::precision_kind<Precision>());
+    const auto L = static_cast<std::size_t>(c.n_layer);
+    const std::size_t keep_all = snug::gpt_activation_peak(c, B, T, std::vector<Recompute>(L, Recompute::none), A);
+    const std::size_t full = snug::gpt_activation_peak(c, B, T, std::vector<Recompute>(L, Recompute::full), A);
+    check_policy<Precision>(c, B, T, n, ck::Budget((keep_all + full) / 2), window);
+}
+
+// Runs a configuration chosen at run time (any precision, fixed modes).
+Measured run_input(const MemoryPlanInput& in, std::optional<std::size_t> budget) {
+    const Fixed modes{in.modes()};
+    switch (in.precision) {
+        case PrecisionKind::fp32:
+            return run_like_trainer<snug::precision::Fp32>(in.model, in.micro_batch, in.seq, in.accumulation, modes,
+                                                          budget, in.sampling_window);
+        case PrecisionKind::bf16:
+            return run_like_trainer<snug::precision::Bf16>(in.model, in.micro_batch, in.seq, in.accumulation, modes,
+                                                          budget, in.sampling_window);
+        case PrecisionKind::fp16:
+            return run_like_trainer<snug::precision::Fp16<snug::DynamicLossScaler>>(
+                in.model, in.micro_batch, in.seq, in.accumulation, modes, budget, in.sampling_window);
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("the prediction is the tracker's peak, per category and in total, for every policy") {
+    struct Case {
+        GPTConfig c;
+        int B, T, window;
+    };
+    // Logits small next to the blocks; attention wider than the channels
+    // (NH T > 9 C at T = 16, and Vp != V); a padded vocabulary whose logits
+    // dominate; five blocks, so every:2 leaves an odd one out.
+    const Case cases[] = {
+        {shape(64, 16, 2, 2, 16), 2, 8, 16},
+        {shape(50, 16, 3, 4, 8), 1, 16, 0},
+        {shape(300, 8, 2, 1, 8), 3, 4, 8},
+        {shape(32, 8, 5, 2, 16), 2, 8, 0},
+    };
+    for (const Case& k : cases) {
+        for (int n : {1, 2}) {
+            check_every_policy<snug::precision::Fp32>(k.c, k.B, k.T, n, k.window);
+            check_every_policy<snug::precision::Bf16>(k.c, k.B, k.T, n, k.window);
+            check_every_policy<snug::precision::Fp16<snug::DynamicLossScaler>>(k.c, k.B, k.T, n, k.window);
+        }
+    }
+}
+
+TEST_CASE("categories that a hand count gives") {
+    // L 2, C 16, NH 2, V = Vp = 64, maxT 16: P = 64·16 + 16·16 + 2·(12·256 + 13·16) + 2·16 = 7872.
+    const GPTConfig c = shape(64, 16, 2, 2, 16);
+    MemoryPlanInput in{c, PrecisionKind::bf16, 2, 8, 3, {}, 1000, 16};
+    const snug::MemoryPlan plan = snug::predict_memory(in);
+    CHECK(plan[MemoryCategory::parameters] == 7872 * 2);
+    CHECK(plan[MemoryCategory::master_weights] == 7872 * 4);
+    CHECK(plan[MemoryCategory::gradients] == 7872 * 4);
+    CHECK(plan[MemoryCategory::optimizer_state] == 7872 * 8);
+    // cuBLASLt 1000, ids 2·3·2·8·4 = 384, two scalars 8, the window 16·4 = 64.
+    CHECK(plan[MemoryCategory::workspace] == 1000 + 384 + 8 + 64);
+    // Backward of a block: two (B, T, C) gradients and the block's nine, one
+    // (B, NH, T, T): 11 · 2·8·16·2 + 2·2·8·8·2 = 5632 + 512.
+    CHECK(plan[MemoryCategory::temporaries] == 6144);
+    in.precision = PrecisionKind::fp32;
+    CHECK(snug::predict_memory(in)[MemoryCategory::master_weights] == 0);
+    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 2 * 6144);
+
+    CHECK_THROWS_AS(snug::predict_memory(MemoryPlanInput{c, PrecisionKind::fp32, 1, 17, 1, {}, 0, 0}),
+                    snug::ConfigError);
+    CHECK_THROWS_AS(snug::predict_memory(MemoryPlanInput{c, PrecisionKind::fp32, 1, 8, 1, {Recompute::full}, 0, 0}),
+                    snug::ConfigError);
+    CHECK_THROWS_AS(snug::parse_precision_kind("fp8"), snug::ConfigError);
+    CHECK(snug::parse_precision_kind("bf16") == PrecisionKind::bf16);
+    CHECK(plan.report().find("optimizer state") != std::string::npos);
+}
+
+TEST_CASE("memory per sequence is what one more sequence adds to the measured peak") {
+    const GPTConfig c = shape(64, 16, 2, 2, 16);
+    MemoryPlanInput in{c, PrecisionKind::fp16, 2, 8, 2, std::vector<Recompute>{Recompute::selective, Recompute::full}, 0, 0};
+    const std::size_t per_sequence = snug::bytes_per_sequence(in);
+    in.micro_batch = 2;
+    const Measured two = run_input(in, std::nullopt);
+    in.micro_batch = 3;
+    const Measured three = run_input(in, std::nullopt);
+    CHECK(per_sequence == three.total - two.total);
+    const std::string forecast = snug::memory_forecast(in, std::size_t{1} << 30);
+    CHECK(forecast.find("memory per sequence") != std::string::npos);
+}
+
+TEST_CASE("the largest micro-batch fits its budget and one more does not") {
+    const GPTConfig c = shape(64, 16, 2, 2, 16);
+    MemoryPlanInput in{c, PrecisionKind::fp32, 8, 8, 1, {}, 0, 0};
+    const std::size_t eight = snug::predict_memory(in).total;
+    CHECK(snug::largest_micro_batch(in, eight) == 8);
+    CHECK(snug::largest_micro_batch(in, eight - 1) == 7);
+    in.micro_batch = 7;
+    CHECK_NOTHROW(run_input(in, eight - 1));
+    in.micro_batch = 8;
+    CHECK_THROWS_AS(run_input(in, eight - 1), snug::OutOfMemory);
+    in.micro_batch = 1;
+    const std::size_t one = snug::predict_memory(in).total;
+    CHECK(snug::largest_micro_batch(in, one - 1) == 0);
+    CHECK_THROWS_AS(run_input(in, one - 1), snug::OutOfMemory);
+}
+
+TEST_CASE("--plan: the largest dividing micro-batch first, then the cheapest checkpoint that fits") {
+    const GPTConfig c = shape(64, 16, 4, 2, 16);
+    const int wanted = 8;
+    MemoryPlanInput base{c, PrecisionKind::bf16, 1, 16, 1, {}, 0, 0};
+
+    SECTION("no checkpointing: accumulation takes what does not fit") {
+        MemoryPlanInput all = base;
+        all.micro_batch = 8;
+        const std::size_t budget = snug::predict_memory(all).total - 1;
+        const snug::BudgetPlan plan = snug::plan_for_budget(base, wanted, budget);
+        INFO(plan.report());
+        REQUIRE(plan.fits);
+        CHECK(plan.checkpoint == "none");
+        CHECK(plan.micro_batch == 4);
+        CHECK(plan.accumulation == 2);
+        CHECK(plan.next_micro_batch == 8);
+        CHECK(plan.tried.size() == 1);
+        MemoryPlanInput chosen = base;
+        chosen.micro_batch = 4;
+        chosen.accumulation = 2;
+        CHECK(run_input(chosen, budget).total <= budget);
+        CHECK_THROWS_AS(run_input(all, budget), snug::OutOfMemory);
+    }
+
+    SECTION("checkpointing only when even micro-batch 1 does not fit without it") {
+        MemoryPlanInput one = base;
+        one.accumulation = wanted;
+        const std::size_t budget = snug::predict_memory(one).total - 1;
+        const snug::BudgetPlan plan = snug::plan_for_budget(base, wanted, budget);
+        INFO(plan.report());
+        REQUIRE(plan.fits);
+        CHECK(plan.checkpoint != "none");
+        REQUIRE(plan.tried.size() >= 2);
+        CHECK(plan.tried.front().checkpoint == "none");
+        CHECK(plan.tried.front().micro_batch == 0);
+        CHECK(plan.tried.front().bytes == budget + 1);
+        CHECK(plan.micro_batch * plan.accumulation == wanted);
+        MemoryPlanInput chosen = base;
+        chosen.micro_batch = plan.micro_batch;
+        chosen.accumulation = plan.accumulation;
+        chosen.recompute = plan.recompute;
+        const Measured m = run_input(chosen, budget);
+        CHECK(m.total == plan.memory.total);
+        CHECK(m.total <= budget);
+        if (plan.next_micro_batch) {
+            chosen.micro_batch = *plan.next_micro_batch;
+            chosen.accumulation = wanted / *plan.next_micro_batch;
+            CHECK_THROWS_AS(run_input(chosen, budget), snug::OutOfMemory);
+        }
+        CHECK(plan.report().find("why: the cheaper checkpoint") != std::string::npos);
+    }
+
+    SECTION("nothing fits") {
+        const snug::BudgetPlan plan = snug::plan_for_budget(base, wanted, 1000);
+        CHECK_FALSE(plan.fits);
+        CHECK(plan.tried.size() == 6);
+        CHECK(plan.tried.back().checkpoint == "full");
+    }
+}
+
+TEST_CASE("the candidates' order and modes") {
+    const GPTConfig c = shape(64, 16, 4, 2, 16);
+    const auto candidates = snug::checkpoint_candidates(c, PrecisionKind::fp32, 1, 16);
+    std::vector<std::string> names;
+    for (const auto& k : candidates) names.push_back(k.name);
+    CHECK(names == std::vector<std::string>{"none", "selective", "every:4", "every:3", "every:2", "full"});
+    using R = Recompute;
+    CHECK(candidates[3].recompute == std::vector<R>{R::full, R::none, R::none, R::full});
+    CHECK(candidates[1].recompute == std::vector<R>(4, R::selective));
+
+    CHECK(snug::recompute_plan_for("every:3", 5) == std::vector<R>{R::full, R::none, R::none, R::full, R::none});
+    CHECK(snug::recompute_plan_for("every:1", 2) == std::vector<R>(2, R::full));
+    CHECK(snug::recompute_plan_for("selective", 3) == std::vector<R>(3, R::selective));
+    CHECK(snug::recompute_plan_for("none", 2) == std::vector<R>(2, R::none));
+    CHECK(snug::recompute_plan_for("full", 2) == std::vector<R>(2, R::full));
+    for (const char* bad : {"every:0", "every:", "every:x", "every:17", "auto", "Full"})
+        CHECK_THROWS_AS(snug::recompute_plan_for(bad, 2), snug::ConfigError);
+}
+
+TEST_CASE("the largest model of a family that fits, and one block deeper does not") {
+    const GPTConfig like = shape(64, 16, 1, 1, 64);
+    const auto d = snug::gpt_depth_family(GPTConfig::preset("124M"));
+    CHECK(d(12).n_layer == 12);
+    CHECK(d(12).n_head == 12);
+    CHECK(d(12).channels == 768);
+
+    // A family small enough to train here: L = d, C = 8 d, NH = d.
+    const snug::ModelFamily family = [&](int depth) {
+        GPTConfig c = like;
+        c.n_layer = depth;
+        c.n_head = depth;
+        c.channels = 8 * depth;
+        return c;
+    };
+    MemoryPlanInput base{like, PrecisionKind::fp32, 1, 16, 1, {}, 0, 0};
+    auto least_at = [&](int depth) {
+        MemoryPlanInput in = base;
+        in.model = family(depth);
+        std::size_t least = static_cast<std::size_t>(-1);
+        for (const auto& k : snug::checkpoint_candidates(in.model, base.precision, 1, base.seq)) {
+            in.recompute = k.recompute;
+            least = std::min(least, snug::predict_memory(in).total);
+        }
+        return least;
+    };
+    const std::size_t budget = least_at(4) - 1;
+    REQUIRE(least_at(3) <= budget);
+    const snug::ModelFit fit = snug::largest_model_that_fits(family, base, budget);
+    INFO(fit.report());
+    CHECK(fit.depth == 3);
+    CHECK(fit.next_depth_bytes == budget + 1);
+    MemoryPlanInput chosen = base;
+    chosen.model = family(3);
+    chosen.recompute = fit.recompute;
+    CHECK(run_input(chosen, budget).total <= budget);
+    // Depth 4 runs out under every policy.
+    chosen.model = family(4);
+    for (const auto& k : snug::checkpoint_candidates(chosen.model, base.precision, 1, base.seq)) {
+        INFO("depth 4, checkpoint " << k.name);
+        chosen.recompute = k.recompute;
+        CHECK_THROWS_AS(run_input(chosen, budget), snug::OutOfMemory);
+    }
+    CHECK(snug::largest_model_that_fits(family, base, 100).depth == 0);
+}
+
+TEST_CASE("--checkpoint auto: the activation budget for checkpoint::Budget keeps the whole run in budget") {
+    const GPTConfig c = shape(64, 16, 4, 2, 16);
+    MemoryPlanInput in{c, PrecisionKind::bf16, 2, 16, 1, {}, 0, 0};
+    const std::size_t keep_all = snug::predict_memory(in).total;
+    in.recompute.assign(4, Recompute::full);
+    const std::size_t full = snug::predict_memory(in).total;
+    REQUIRE(full < keep_all);
+    in.recompute.clear();
+    const std::size_t budget = (keep_all + full) / 2;
+    const std::size_t activation_bytes = snug::activation_budget(in, budget);
+    const Measured m = run_like_trainer<snug::precision::Bf16>(c, 2, 16, 1, snug::checkpoint::Budget(activation_bytes),
+                                                               budget);
+    CHECK(m.total <= budget);
+    CHECK(m.plan != std::vector<Recompute>(4, Recompute::none));
+    CHECK(m.peak[static_cast<std::size_t>(MemoryCategory::activations)] <= activation_bytes);
+    CHECK_THROWS_AS(snug::activation_budget(in, 1000), snug::OutOfMemory);
+}
