@@ -147,6 +147,11 @@ public:
             return 1.0f;
     }
     std::int64_t skipped_steps() const { return skipped_; }
+    // Continues the skipped-update count of a saved training state (train/state_file.hpp).
+    void restore_skipped_steps(std::int64_t n) {
+        if (n < 0) throw ConfigError("TrainStep: skipped steps = " + std::to_string(n) + " must be >= 0");
+        skipped_ = n;
+    }
     AdamW<Act, D>& optimizer() { return optimizer_; }
     const TrainConfig& config() const { return config_; }
     Model& model() { return model_; }

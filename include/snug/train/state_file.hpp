@@ -1,0 +1,917 @@
+// The training-state file: everything a run needs to continue bit for bit
+// (working weights, fp32 master weights, AdamW moments and step count, the
+// loss scaler, TrainStep's skipped-update count, the data and random-stream
+// positions, the step and token counters), written by save_training_state()
+// and read back into a TrainStep by load_training_state(); Crc32, the
+// checksum it uses. This comment is the file format's specification.
+//
+// ---- Format, version 1 ----------------------------------------------------------
+// Byte order: every integer is unsigned little-endian unless said otherwise;
+// every section element is little-endian in its own type (f32: IEEE binary32,
+// f16: IEEE binary16, bf16: the high 16 bits of a binary32).
+// CRC-32: the zlib / PNG / ISO-HDLC CRC: reflected polynomial 0xEDB88320,
+// initial value 0xFFFFFFFF, final XOR 0xFFFFFFFF; CRC-32("123456789") = 0xCBF43926.
+//
+//   offset          bytes  field
+//   0               8      magic: the ASCII bytes "SNUGTRST" (53 4E 55 47 54 52 53 54)
+//   8               4      version: 1
+//   12              4      header_bytes H: length of the JSON header, 2 <= H <= 2^24
+//   16              8      file_bytes: size of the whole file in bytes
+//   24              4      header_crc: CRC-32 of the H bytes of the JSON header
+//   28              4      fixed_crc: CRC-32 of bytes [0, 28)
+//   32              H      the JSON header: UTF-8 JSON text (RFC 8259), one object, below
+//   32 + H                 zero bytes up to data_offset = round_up(32 + H, 64)
+//   data_offset            the section records, back to back, in the order the
+//                          header's "sections" lists them; record i starts at
+//                          data_offset + sum over j < i of round_up(bytes_j + 4, 64),
+//                          so every record starts at a multiple of 64:
+//                            payload  bytes_i = count_i x element size bytes
+//                            crc      4 bytes: CRC-32 of the payload
+//                            padding  zero bytes up to the next multiple of 64
+//   file_bytes = data_offset + sum over all sections of round_up(bytes_i + 4, 64)
+//
+// Magic and version keep these places in every version: a reader checks the
+// magic, then the version, and interprets nothing else of a version it does
+// not know. Padding bytes carry no information (writers write zeros, readers
+// do not check them).
+//
+// The JSON header: exactly H bytes (no terminator, no padding inside), one
+// object. A reader ignores keys it does not know. Floating-point values are
+// JSON numbers that read back exactly as a double (a float field holds the
+// double of the same value). Integers are exact and non-negative: seed,
+// rng_offset and sampler_position in [0, 2^64), the other counters, counts,
+// sizes and offsets in [0, 2^63), the GPT dimensions, steps, growth_tracker,
+// growth_interval and accumulation_steps in [0, 2^31).
+//   "model": {
+//     "num_parameters": N, the model's parameter count (num_parameters())
+//     "dtype":          the working weights' element type: "f32", "bf16" or "f16"
+//     "precision":      the precision policy's name: "fp32", "bf16" or "fp16"
+//     "gpt":            for a model whose config() is a GPTConfig, its shape:
+//                       {"vocab_size", "padded_vocab_size", "max_seq_len",
+//                        "n_layer", "n_head", "channels"}; absent for other models
+//   }
+//   "optimizer": {
+//     "name": "adamw",
+//     "steps": updates applied so far (AdamW's bias-correction t), 0 .. 2^31-1
+//     "lr", "beta1", "beta2", "eps", "weight_decay": its AdamWConfig
+//   }
+//   "max_grad_norm":      TrainConfig's clipping threshold (<= 0: no clipping)
+//   "accumulation_steps": micro-batches per update (for the reader's information)
+//   "checkpoint_policy":  the activation-checkpoint policy's name (for information)
+//   "loss_scaler": null when the precision policy has none, else {
+//     "kind": "dynamic" (DynamicLossScaler), "static" (StaticLossScaler) or "custom",
+//     "scale", "growth_tracker", "skipped", "steps": its LossScalerState,
+//     "config": for "dynamic" only: {"init_scale", "growth_factor",
+//               "backoff_factor", "growth_interval"}
+//   }
+//   "skipped_steps": TrainStep's count of updates skipped for a non-finite gradient
+//   "progress": {"step", "tokens", "train_position", "seed", "rng_offset",
+//                "sampler_position", "wall_clock_seconds", "run_config"}:
+//               the TrainingProgress below, field for field (run_config a string)
+//   "sections": [{"name", "dtype", "count", "offset", "bytes"}, ...]: each record's
+//               name, element type (as "model.dtype"), element count, start
+//               relative to data_offset, and payload size in bytes
+//
+// The sections, in this order (N = model.num_parameters):
+//   "weights"         N elements of model.dtype: the working weights, in the
+//                     model's own order (llm.c's for a GPT)
+//   "master_weights"  N f32: AdamW's master weights; present only when
+//                     model.dtype is not f32 (fp32 weights are their own master)
+//   "first_moment"    N f32: AdamW's m
+//   "second_moment"   N f32: AdamW's v
+//
+// Loading checks, in this order, and throws snug::FileError naming the file and
+// the problem: the magic ("not a snug training-state file"), the version, the
+// fixed header's checksum, the file size against file_bytes (a truncated file),
+// the JSON header's checksum and content, the model's identity against the
+// step's (parameter count, dtype, precision, GPT shape, loss scaler kind and
+// knobs, optimizer hyper-parameters and max_grad_norm: both values named), the
+// section table, then every section's checksum. All of that happens before
+// anything in the step is written, so a file that fails any check leaves the
+// step exactly as it was.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+
+#include "snug/core/dtype.hpp"
+#include "snug/core/error.hpp"
+#include "snug/io/file.hpp"
+#include "snug/nn/gpt_config.hpp"
+#include "snug/nn/ops.hpp"
+#include "snug/optim/adamw.hpp"
+#include "snug/precision/loss_scaler.hpp"
+#include "snug/train/train_step.hpp"
+
+namespace snug {
+
+static_assert(std::endian::native == std::endian::little,
+              "snug/train/state_file.hpp writes sections as the host's bytes: it needs a little-endian host");
+
+// Where a run stands besides what TrainStep owns; the trainer fills it before
+// saving and applies it after loading.
+struct TrainingProgress {
+    std::int64_t step = 0;               // updates done (skipped ones included): the next LR-schedule index
+    std::int64_t tokens = 0;             // training tokens consumed so far
+    std::int64_t train_position = 0;     // the training BatchLoader's position()
+    std::uint64_t seed = 0;              // Context::seed
+    std::uint64_t rng_offset = 0;        // Context::rng_offset
+    std::uint64_t sampler_position = 0;  // the text sampler's Generator::position()
+    double wall_clock_seconds = 0.0;     // training time so far (finite, >= 0)
+    std::string run_config;              // opaque UTF-8 text, e.g. the trainer's options as JSON
+};
+
+// Knobs of the streaming save and load.
+struct StateFileOptions {
+    // Host staging per transfer: at most this many bytes of a section are in
+    // host memory at a time (at least one element).
+    std::size_t chunk_bytes = std::size_t{16} << 20;
+    // Save only: called after every chunk written, with bytes written so far
+    // and the file's total. An exception from it abandons the save; the file
+    // at `path` stays as it was.
+    std::function<void(std::uint64_t written, std::uint64_t total)> on_progress;
+};
+
+namespace detail {
+
+// CRC-32 tables for slicing by 8: crc32_tables[0] is the byte-at-a-time table;
+// crc32_tables[k][b] the CRC contribution of byte b followed by k zero bytes.
+constexpr std::array<std::array<std::uint32_t, 256>, 8> make_crc32_tables() {
+    std::array<std::array<std::uint32_t, 256>, 8> t{};
+    for (std::uint32_t b = 0; b < 256; ++b) {
+        std::uint32_t c = b;
+        for (int i = 0; i < 8; ++i) c = (c & 1u) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        t[0][b] = c;
+    }
+    for (std::size_t k = 1; k < 8; ++k)
+        for (std::size_t b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
+    return t;
+}
+inline constexpr auto crc32_tables = make_crc32_tables();
+
+}  // namespace detail
+
+// CRC-32 (zlib / PNG), slicing by 8 bytes. Crc32::of("123456789", 9) == 0xCBF43926.
+class Crc32 {
+public:
+    void update(const void* data, std::size_t n) noexcept {
+        const auto* p = static_cast<const unsigned char*>(data);
+        std::uint32_t c = state_;
+        for (; n >= 8; n -= 8, p += 8) {
+            const std::uint32_t lo = c ^ (std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 |
+                                          std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24);
+            const std::uint32_t hi = std::uint32_t{p[4]} | std::uint32_t{p[5]} << 8 | std::uint32_t{p[6]} << 16 |
+                                     std::uint32_t{p[7]} << 24;
+            c = tables[7][lo & 0xff] ^ tables[6][(lo >> 8) & 0xff] ^ tables[5][(lo >> 16) & 0xff] ^
+                tables[4][lo >> 24] ^ tables[3][hi & 0xff] ^ tables[2][(hi >> 8) & 0xff] ^
+                tables[1][(hi >> 16) & 0xff] ^ tables[0][hi >> 24];
+        }
+        for (; n > 0; --n, ++p) c = tables[0][(c ^ *p) & 0xff] ^ (c >> 8);
+        state_ = c;
+    }
+    std::uint32_t value() const noexcept { return state_ ^ 0xFFFFFFFFu; }
+
+    static std::uint32_t of(const void* data, std::size_t n) noexcept {
+        Crc32 c;
+        c.update(data, n);
+        return c.value();
+    }
+
+private:
+    static constexpr const auto& tables = detail::crc32_tables;
+
+    std::uint32_t state_ = 0xFFFFFFFFu;
+};
+
+// One section record of a training-state file.
+struct StateSection {
+    std::string name;
+    DType dtype;
+    std::int64_t count;    // elements
+    std::uint64_t offset;  // absolute offset of the payload in the file
+    std::uint64_t bytes;   // payload bytes (count x element size)
+};
+
+// A training-state file's header: what read_training_state_info() returns
+// without touching any model (to print it, or to build the matching step).
+struct TrainingStateInfo {
+    std::uint32_t version = 0;
+    std::uint64_t file_bytes = 0;
+    std::int64_t num_parameters = 0;
+    DType dtype = DType::f32;
+    std::string precision;
+    std::optional<GPTConfig> gpt;
+    AdamWConfig adamw{};
+    int optimizer_steps = 0;
+    float max_grad_norm = 0.0f;
+    int accumulation_steps = 1;
+    std::string checkpoint_policy;
+    std::string loss_scaler_kind;                            // empty: no loss scaler
+    std::optional<LossScalerState> loss_scaler;              // present with a loss scaler
+    std::optional<DynamicLossScalerConfig> dynamic_scaler;   // present for kind "dynamic"
+    std::int64_t skipped_steps = 0;
+    TrainingProgress progress;
+    std::vector<StateSection> sections;
+};
+
+namespace detail::state_file {
+
+inline constexpr unsigned char magic[8] = {'S', 'N', 'U', 'G', 'T', 'R', 'S', 'T'};
+inline constexpr std::uint32_t version = 1;
+inline constexpr std::uint64_t fixed_bytes = 32;
+inline constexpr std::uint64_t alignment = 64;
+inline constexpr std::uint64_t max_header_bytes = std::uint64_t{1} << 24;
+
+constexpr std::uint64_t round_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
+
+template <class U>
+void put_le(unsigned char* out, U v) {
+    for (std::size_t i = 0; i < sizeof(U); ++i) out[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+}
+template <class U>
+U get_le(const unsigned char* in) {
+    U v = 0;
+    for (std::size_t i = sizeof(U); i-- > 0;) v = static_cast<U>((v << 8) | in[i]);
+    return v;
+}
+
+inline std::string hex32(std::uint32_t v) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    std::string s = "0x";
+    for (int i = 7; i >= 0; --i) s += digits[(v >> (4 * i)) & 0xf];
+    return s;
+}
+
+// A section's name, type and count before it has a place in a file.
+struct SectionSpec {
+    std::string name;
+    DType dtype;
+    std::int64_t count;
+};
+
+// The records' places for the given data_offset.
+inline std::vector<StateSection> layout(std::uint64_t data_offset, const std::vector<SectionSpec>& specs) {
+    std::vector<StateSection> out;
+    std::uint64_t at = data_offset;
+    for (const SectionSpec& s : specs) {
+        const std::uint64_t bytes = static_cast<std::uint64_t>(s.count) * dtype_size(s.dtype);
+        out.push_back({s.name, s.dtype, s.count, at, bytes});
+        at += round_up(bytes + 4, alignment);
+    }
+    return out;
+}
+
+inline std::uint64_t end_of(std::uint64_t data_offset, const std::vector<StateSection>& sections) {
+    return sections.empty() ? data_offset : round_up(sections.back().offset + sections.back().bytes + 4, alignment);
+}
+
+// ---- what a TrainStep is, as the file describes it ----------------------------
+
+template <class Model>
+concept HasGPTConfig = requires(const Model& m) {
+    { m.config() } -> std::convertible_to<const GPTConfig&>;
+};
+
+template <class S>
+constexpr const char* scaler_kind() {
+    if constexpr (std::is_same_v<S, DynamicLossScaler>)
+        return "dynamic";
+    else if constexpr (std::is_same_v<S, StaticLossScaler>)
+        return "static";
+    else
+        return "custom";
+}
+
+template <class Act>
+std::vector<SectionSpec> section_specs(std::int64_t n) {
+    std::vector<SectionSpec> s{{"weights", dtype_of<Act>, n}};
+    if constexpr (!std::is_same_v<Act, float>) s.push_back({"master_weights", DType::f32, n});
+    s.push_back({"first_moment", DType::f32, n});
+    s.push_back({"second_moment", DType::f32, n});
+    return s;
+}
+
+inline nlohmann::ordered_json gpt_json(const GPTConfig& c) {
+    return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size},
+            {"max_seq_len", c.max_seq_len}, {"n_layer", c.n_layer},
+            {"n_head", c.n_head},           {"channels", c.channels}};
+}
+
+inline std::string gpt_text(const GPTConfig& c) {
+    return "(vocab_size " + std::to_string(c.vocab_size) + ", padded_vocab_size " +
+           std::to_string(c.padded_vocab_size) + ", max_seq_len " + std::to_string(c.max_seq_len) + ", n_layer " +
+           std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", channels " +
+           std::to_string(c.channels) + ")";
+}
+
+// The JSON header of `step` with `progress`; the section offsets are relative
+// to data_offset, so the header does not depend on its own length.
+template <class Model, class Precision, class Accumulation, class Checkpoint>
+nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Checkpoint>& step,
+                                   const TrainingProgress& progress, const std::vector<StateSection>& sections,
+                                   std::uint64_t data_offset) {
+    using Act = typename Model::value_type;
+    using nlohmann::ordered_json;
+    Model& model = step.model();
+    ordered_json m{{"num_parameters", model.num_parameters()},
+                   {"dtype", std::string(dtype_name(dtype_of<Act>))},
+                   {"precision", std::string(Precision::name)}};
+    if constexpr (HasGPTConfig<Model>) m["gpt"] = gpt_json(model.config());
+    const AdamWConfig& a = step.optimizer().config();
+    ordered_json scaler = nullptr;
+    if constexpr (Precision::has_loss_scaler) {
+        using S = typename Precision::scaler_type;
+        const LossScalerState st = step.scaler.state();
+        scaler = ordered_json{{"kind", scaler_kind<S>()},
+                              {"scale", st.scale},
+                              {"growth_tracker", st.growth_tracker},
+                              {"skipped", st.skipped},
+                              {"steps", st.steps}};
+        if constexpr (std::is_same_v<S, DynamicLossScaler>) {
+            const DynamicLossScalerConfig& c = step.scaler.config();
+            scaler["config"] = ordered_json{{"init_scale", c.init_scale},
+                                            {"growth_factor", c.growth_factor},
+                                            {"backoff_factor", c.backoff_factor},
+                                            {"growth_interval", c.growth_interval}};
+        }
+    }
+    ordered_json secs = ordered_json::array();
+    for (const StateSection& s : sections)
+        secs.push_back({{"name", s.name},
+                        {"dtype", std::string(dtype_name(s.dtype))},
+                        {"count", s.count},
+                        {"offset", s.offset - data_offset},
+                        {"bytes", s.bytes}});
+    return ordered_json{
+        {"model", std::move(m)},
+        {"optimizer",
+         {{"name", "adamw"},
+          {"steps", step.optimizer().steps()},
+          {"lr", a.lr},
+          {"beta1", a.beta1},
+          {"beta2", a.beta2},
+          {"eps", a.eps},
+          {"weight_decay", a.weight_decay}}},
+        {"max_grad_norm", step.config().max_grad_norm},
+        {"accumulation_steps", static_cast<int>(step.steps())},
+        {"checkpoint_policy", std::string(Checkpoint::name)},
+        {"loss_scaler", std::move(scaler)},
+        {"skipped_steps", step.skipped_steps()},
+        {"progress",
+         {{"step", progress.step},
+          {"tokens", progress.tokens},
+          {"train_position", progress.train_position},
+          {"seed", progress.seed},
+          {"rng_offset", progress.rng_offset},
+          {"sampler_position", progress.sampler_position},
+          {"wall_clock_seconds", progress.wall_clock_seconds},
+          {"run_config", progress.run_config}}},
+        {"sections", std::move(secs)},
+    };
+}
+
+// ---- reading -------------------------------------------------------------------
+
+// A file opened for reading at given offsets; FileError names it.
+class InFile {
+public:
+    explicit InFile(const std::filesystem::path& path) : name_(path.string()) {
+        f_ = std::fopen(path.c_str(), "rb");
+        if (f_ == nullptr) throw FileError(name_ + ": cannot open for reading: " + std::strerror(errno));
+        if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = ftello(f_)) < 0) {
+            std::fclose(f_);
+            throw FileError(name_ + ": cannot determine the file size: " + std::strerror(errno));
+        }
+    }
+    ~InFile() { std::fclose(f_); }
+    InFile(const InFile&) = delete;
+    InFile& operator=(const InFile&) = delete;
+
+    std::uint64_t size() const { return static_cast<std::uint64_t>(size_); }
+    const std::string& name() const { return name_; }
+
+    void read_at(std::uint64_t offset, void* dst, std::size_t n, const std::string& what) {
+        if (offset + n > size())
+            throw FileError(name_ + ": truncated: " + what + " needs bytes up to " + std::to_string(offset + n) +
+                            ", the file has " + std::to_string(size()));
+        if (offset != pos_ && fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
+            throw FileError(name_ + ": seek failed while reading " + what + ": " + std::strerror(errno));
+        if (std::fread(dst, 1, n, f_) != n)
+            throw FileError(name_ + ": read error in " + what + (std::ferror(f_) ? ": " : "") +
+                            (std::ferror(f_) ? std::strerror(errno) : " (the file shrank)"));
+        pos_ = offset + n;
+    }
+
+private:
+    std::string name_;
+    std::FILE* f_ = nullptr;
+    off_t size_ = 0;
+    std::uint64_t pos_ = ~std::uint64_t{0};
+};
+
+// Typed access to the JSON header; a missing or ill-typed field throws
+// FileError naming the file and the field's path.
+class Fields {
+public:
+    explicit Fields(std::string file) : file_(std::move(file)) {}
+
+    [[noreturn]] void fail(const std::string& field, const std::string& why) const {
+        throw FileError(file_ + ": header field '" + field + "' " + why);
+    }
+    const nlohmann::json& at(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const auto it = obj.find(key);
+        if (it == obj.end()) fail(where + key, "is missing");
+        return *it;
+    }
+    const nlohmann::json& object(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const nlohmann::json& v = at(obj, key, where);
+        if (!v.is_object()) fail(where + key, "is not an object");
+        return v;
+    }
+    std::string string(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const nlohmann::json& v = at(obj, key, where);
+        if (!v.is_string()) fail(where + key, "is not a string");
+        return v.get<std::string>();
+    }
+    double number(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const nlohmann::json& v = at(obj, key, where);
+        if (!v.is_number()) fail(where + key, "is not a number");
+        return v.get<double>();
+    }
+    float float32(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        return static_cast<float>(number(obj, key, where));
+    }
+    std::uint64_t u64(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const nlohmann::json& v = at(obj, key, where);
+        if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+        if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
+        fail(where + key, "is not an integer >= 0");
+    }
+    // An integer in [lo, hi] (0 <= hi).
+    std::int64_t i64(const nlohmann::json& obj, const char* key, const std::string& where, std::int64_t lo,
+                     std::int64_t hi) const {
+        const nlohmann::json& v = at(obj, key, where);
+        bool in = false;
+        std::int64_t out = 0;
+        if (v.is_number_unsigned()) {
+            const auto u = v.get<std::uint64_t>();
+            in = u <= static_cast<std::uint64_t>(hi);
+            if (in) out = static_cast<std::int64_t>(u);
+            in = in && out >= lo;
+        } else if (v.is_number_integer()) {
+            out = v.get<std::int64_t>();
+            in = out >= lo && out <= hi;
+        }
+        if (!in) fail(where + key, "is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return out;
+    }
+    int i32(const nlohmann::json& obj, const char* key, const std::string& where, int lo = 0) const {
+        return static_cast<int>(i64(obj, key, where, lo, INT_MAX));
+    }
+    DType dtype(const nlohmann::json& obj, const char* key, const std::string& where) const {
+        const std::string s = string(obj, key, where);
+        for (DType t : all_dtypes)
+            if (s == dtype_name(t)) return t;
+        fail(where + key, "names an unknown dtype '" + s + "'");
+    }
+
+private:
+    std::string file_;
+};
+
+inline TrainingStateInfo read_info(InFile& f) {
+    const std::string& file = f.name();
+    const std::uint64_t size = f.size();
+    unsigned char fixed[fixed_bytes] = {};
+    const std::size_t have = static_cast<std::size_t>(std::min<std::uint64_t>(size, fixed_bytes));
+    if (have > 0) f.read_at(0, fixed, have, "the fixed header");
+    if (have == 0 || std::memcmp(fixed, magic, std::min<std::size_t>(have, sizeof magic)) != 0)
+        throw FileError(file + ": not a snug training-state file (it does not start with the magic bytes \"SNUGTRST\")");
+    if (have < fixed_bytes)
+        throw FileError(file + ": truncated: the fixed header needs " + std::to_string(fixed_bytes) +
+                        " bytes, the file has " + std::to_string(size));
+    TrainingStateInfo info;
+    info.version = get_le<std::uint32_t>(fixed + 8);
+    if (info.version != version)
+        throw FileError(file + ": unsupported training-state format version " + std::to_string(info.version) +
+                        " (this build reads version " + std::to_string(version) + ")");
+    const std::uint32_t fixed_crc = get_le<std::uint32_t>(fixed + 28);
+    if (Crc32::of(fixed, 28) != fixed_crc)
+        throw FileError(file + ": checksum mismatch in the fixed header (stored " + hex32(fixed_crc) + ", computed " +
+                        hex32(Crc32::of(fixed, 28)) + "): the file is corrupt");
+    const std::uint64_t header_bytes = get_le<std::uint32_t>(fixed + 12);
+    info.file_bytes = get_le<std::uint64_t>(fixed + 16);
+    if (size < info.file_bytes)
+        throw FileError(file + ": truncated: the header says " + std::to_string(info.file_bytes) +
+                        " bytes, the file has " + std::to_string(size));
+    if (size > info.file_bytes)
+        throw FileError(file + ": the header says " + std::to_string(info.file_bytes) + " bytes, the file has " +
+                        std::to_string(size) + " (bytes appended after the end)");
+    if (header_bytes < 2 || header_bytes > max_header_bytes || fixed_bytes + header_bytes > info.file_bytes)
+        throw FileError(file + ": JSON header length " + std::to_string(header_bytes) +
+                        " is outside [2, 2^24] or runs past the end of the " + std::to_string(info.file_bytes) +
+                        "-byte file");
+    std::string text(static_cast<std::size_t>(header_bytes), '\0');
+    f.read_at(fixed_bytes, text.data(), text.size(), "the JSON header");
+    const std::uint32_t header_crc = get_le<std::uint32_t>(fixed + 24);
+    if (Crc32::of(text.data(), text.size()) != header_crc)
+        throw FileError(file + ": checksum mismatch in the JSON header (stored " + hex32(header_crc) + ", computed " +
+                        hex32(Crc32::of(text.data(), text.size())) + "): the file is corrupt");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw FileError(file + ": malformed JSON header: " + e.what());
+    }
+    if (!j.is_object()) throw FileError(file + ": the JSON header is not an object");
+    const Fields F(file);
+
+    const nlohmann::json& m = F.object(j, "model", "");
+    info.num_parameters = F.i64(m, "num_parameters", "model.", 0, std::numeric_limits<std::int64_t>::max() / 8);
+    info.dtype = F.dtype(m, "dtype", "model.");
+    info.precision = F.string(m, "precision", "model.");
+    if (m.contains("gpt")) {
+        const nlohmann::json& g = F.object(m, "gpt", "model.");
+        GPTConfig c;
+        c.vocab_size = F.i32(g, "vocab_size", "model.gpt.");
+        c.padded_vocab_size = F.i32(g, "padded_vocab_size", "model.gpt.");
+        c.max_seq_len = F.i32(g, "max_seq_len", "model.gpt.");
+        c.n_layer = F.i32(g, "n_layer", "model.gpt.");
+        c.n_head = F.i32(g, "n_head", "model.gpt.");
+        c.channels = F.i32(g, "channels", "model.gpt.");
+        info.gpt = c;
+    }
+
+    const nlohmann::json& o = F.object(j, "optimizer", "");
+    if (const std::string name = F.string(o, "name", "optimizer."); name != "adamw")
+        F.fail("optimizer.name", "is '" + name + "'; this build knows only 'adamw'");
+    info.optimizer_steps = F.i32(o, "steps", "optimizer.");
+    info.adamw.lr = F.float32(o, "lr", "optimizer.");
+    info.adamw.beta1 = F.float32(o, "beta1", "optimizer.");
+    info.adamw.beta2 = F.float32(o, "beta2", "optimizer.");
+    info.adamw.eps = F.float32(o, "eps", "optimizer.");
+    info.adamw.weight_decay = F.float32(o, "weight_decay", "optimizer.");
+    info.max_grad_norm = F.float32(j, "max_grad_norm", "");
+    info.accumulation_steps = F.i32(j, "accumulation_steps", "", 1);
+    info.checkpoint_policy = F.string(j, "checkpoint_policy", "");
+
+    const nlohmann::json& s = F.at(j, "loss_scaler", "");
+    if (!s.is_null()) {
+        if (!s.is_object()) F.fail("loss_scaler", "is neither null nor an object");
+        info.loss_scaler_kind = F.string(s, "kind", "loss_scaler.");
+        LossScalerState st{};
+        st.scale = F.float32(s, "scale", "loss_scaler.");
+        st.growth_tracker = F.i32(s, "growth_tracker", "loss_scaler.");
+        st.skipped = F.i64(s, "skipped", "loss_scaler.", 0, std::numeric_limits<std::int64_t>::max());
+        st.steps = F.i64(s, "steps", "loss_scaler.", 0, std::numeric_limits<std::int64_t>::max());
+        info.loss_scaler = st;
+        if (info.loss_scaler_kind == "dynamic") {
+            const nlohmann::json& c = F.object(s, "config", "loss_scaler.");
+            DynamicLossScalerConfig dc;
+            dc.init_scale = F.float32(c, "init_scale", "loss_scaler.config.");
+            dc.growth_factor = F.float32(c, "growth_factor", "loss_scaler.config.");
+            dc.backoff_factor = F.float32(c, "backoff_factor", "loss_scaler.config.");
+            dc.growth_interval = F.i32(c, "growth_interval", "loss_scaler.config.", 1);
+            info.dynamic_scaler = dc;
+        }
+    }
+    info.skipped_steps = F.i64(j, "skipped_steps", "", 0, std::numeric_limits<std::int64_t>::max());
+
+    const nlohmann::json& p = F.object(j, "progress", "");
+    constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
+    info.progress.step = F.i64(p, "step", "progress.", 0, i64_max);
+    info.progress.tokens = F.i64(p, "tokens", "progress.", 0, i64_max);
+    info.progress.train_position = F.i64(p, "train_position", "progress.", 0, i64_max);
+    info.progress.seed = F.u64(p, "seed", "progress.");
+    info.progress.rng_offset = F.u64(p, "rng_offset", "progress.");
+    info.progress.sampler_position = F.u64(p, "sampler_position", "progress.");
+    info.progress.wall_clock_seconds = F.number(p, "wall_clock_seconds", "progress.");
+    info.progress.run_config = F.string(p, "run_config", "progress.");
+
+    // The section table: records back to back from data_offset, ending at file_bytes.
+    const nlohmann::json& secs = F.at(j, "sections", "");
+    if (!secs.is_array()) F.fail("sections", "is not an array");
+    const std::uint64_t data_offset = round_up(fixed_bytes + header_bytes, alignment);
+    std::uint64_t at = data_offset;
+    for (std::size_t i = 0; i < secs.size(); ++i) {
+        const std::string where = "sections[" + std::to_string(i) + "].";
+        if (!secs[i].is_object()) F.fail("sections[" + std::to_string(i) + "]", "is not an object");
+        StateSection sec;
+        sec.name = F.string(secs[i], "name", where);
+        sec.dtype = F.dtype(secs[i], "dtype", where);
+        sec.count = F.i64(secs[i], "count", where, 0, std::numeric_limits<std::int64_t>::max() / 8);
+        sec.offset = data_offset + F.u64(secs[i], "offset", where);
+        sec.bytes = F.u64(secs[i], "bytes", where);
+        if (sec.offset != at)
+            F.fail(where + "offset", "places the record at byte " + std::to_string(sec.offset) + ", expected " +
+                                         std::to_string(at) + " (records are back to back from " +
+                                         std::to_string(data_offset) + ")");
+        if (sec.bytes != static_cast<std::uint64_t>(sec.count) * dtype_size(sec.dtype))
+            F.fail(where + "bytes", "is " + std::to_string(sec.bytes) + ", expected count x element size = " +
+                                        std::to_string(static_cast<std::uint64_t>(sec.count) * dtype_size(sec.dtype)));
+        at += round_up(sec.bytes + 4, alignment);
+        if (at > info.file_bytes)
+            F.fail(where + "bytes", "runs the record past the end of the " + std::to_string(info.file_bytes) +
+                                        "-byte file");
+        info.sections.push_back(std::move(sec));
+    }
+    if (at != info.file_bytes)
+        throw FileError(file + ": the section records end at byte " + std::to_string(at) +
+                        ", but the header says the file has " + std::to_string(info.file_bytes) + " bytes");
+    return info;
+}
+
+// Streams one section through its checksum in chunks; with dst, each chunk is
+// also uploaded to dst on the device. Returns whether the checksum matched.
+template <class T, class D>
+bool stream_section(InFile& f, const StateSection& s, std::size_t chunk_bytes, const D& dev, T* dst) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, chunk_bytes / sizeof(T)));
+    std::vector<T> buf(static_cast<std::size_t>(std::min(s.count, chunk)));
+    Crc32 crc;
+    for (std::int64_t done = 0; done < s.count;) {
+        const std::int64_t k = std::min(chunk, s.count - done);
+        const auto bytes = static_cast<std::size_t>(k) * sizeof(T);
+        f.read_at(s.offset + static_cast<std::uint64_t>(done) * sizeof(T), buf.data(), bytes,
+                  "section '" + s.name + "'");
+        crc.update(buf.data(), bytes);
+        if (dst != nullptr) upload(dev, dst + done, buf.data(), k);
+        done += k;
+    }
+    unsigned char stored[4];
+    f.read_at(s.offset + s.bytes, stored, 4, "the checksum of section '" + s.name + "'");
+    return crc.value() == get_le<std::uint32_t>(stored);
+}
+
+[[noreturn]] inline void mismatch(const std::string& file, const std::string& what, const std::string& in_file,
+                                  const std::string& in_step) {
+    throw FileError(file + ": " + what + " does not match: the file has " + in_file + ", this training step has " +
+                    in_step);
+}
+
+inline void check_float(const std::string& file, const std::string& what, float in_file, float in_step) {
+    if (std::bit_cast<std::uint32_t>(in_file) != std::bit_cast<std::uint32_t>(in_step))
+        mismatch(file, what, float_text(in_file), float_text(in_step));
+}
+
+}  // namespace detail::state_file
+
+// The header of the training-state file at `path`, checked (magic, version,
+// size, checksums of the fixed and JSON headers, the section table) but with
+// the sections' payloads not read. Throws FileError as load_training_state does.
+inline TrainingStateInfo read_training_state_info(const std::filesystem::path& path) {
+    detail::state_file::InFile f(path);
+    return detail::state_file::read_info(f);
+}
+
+// Writes step's whole state and `progress` to `path` in the format above,
+// streaming: at most options.chunk_bytes of one section is staged in host
+// memory at a time. The file is written under a temporary name and renamed
+// over `path` only once complete (io::atomic_write): a failure at any point,
+// an exception from options.on_progress included, leaves `path` as it was.
+// Throws ConfigError for a progress that cannot be stored (negative counters,
+// wall_clock_seconds not finite or negative, run_config not valid UTF-8), and
+// FileError when writing fails.
+template <class Model, class Precision, class Accumulation, class Checkpoint>
+void save_training_state(const std::filesystem::path& path,
+                         TrainStep<Model, Precision, Accumulation, Checkpoint>& step,
+                         const typename Model::device_type& dev, const TrainingProgress& progress,
+                         const StateFileOptions& options = {}) {
+    namespace sf = detail::state_file;
+    using Act = typename Model::value_type;
+    auto bad = [](const std::string& field, const std::string& value, const char* must) {
+        throw ConfigError("save_training_state: progress." + field + " = " + value + " " + must);
+    };
+    if (progress.step < 0) bad("step", std::to_string(progress.step), "must be >= 0");
+    if (progress.tokens < 0) bad("tokens", std::to_string(progress.tokens), "must be >= 0");
+    if (progress.train_position < 0) bad("train_position", std::to_string(progress.train_position), "must be >= 0");
+    if (!std::isfinite(progress.wall_clock_seconds) || progress.wall_clock_seconds < 0.0)
+        bad("wall_clock_seconds", std::to_string(progress.wall_clock_seconds), "must be finite and >= 0");
+
+    Model& model = step.model();
+    auto& opt = step.optimizer();
+    const std::int64_t n = model.num_parameters();
+    // The header does not depend on data_offset (offsets are relative), so
+    // lay the sections out at 0 first, then shift them once its length is known.
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n);
+    std::string header;
+    try {
+        header = sf::header_json(step, progress, sf::layout(0, specs), 0).dump(1);
+    } catch (const nlohmann::json::type_error& e) {
+        throw ConfigError(std::string("save_training_state: progress.run_config is not valid UTF-8 (") + e.what() +
+                          ")");
+    }
+    if (header.size() > sf::max_header_bytes)
+        throw ConfigError("save_training_state: the JSON header has " + std::to_string(header.size()) +
+                          " bytes, more than the format's 2^24 (is progress.run_config that long?)");
+    const std::uint64_t data_offset = sf::round_up(sf::fixed_bytes + header.size(), sf::alignment);
+    const std::vector<StateSection> sections = sf::layout(data_offset, specs);
+    const std::uint64_t file_bytes = sf::end_of(data_offset, sections);
+
+    unsigned char fixed[sf::fixed_bytes] = {};
+    std::memcpy(fixed, sf::magic, sizeof sf::magic);
+    sf::put_le<std::uint32_t>(fixed + 8, sf::version);
+    sf::put_le<std::uint32_t>(fixed + 12, static_cast<std::uint32_t>(header.size()));
+    sf::put_le<std::uint64_t>(fixed + 16, file_bytes);
+    sf::put_le<std::uint32_t>(fixed + 24, Crc32::of(header.data(), header.size()));
+    sf::put_le<std::uint32_t>(fixed + 28, Crc32::of(fixed, 28));
+
+    const std::string file = path.string();
+    io::atomic_write(path, [&](io::FileWriter& w) {
+        std::uint64_t written = 0;
+        auto put = [&](const void* data, std::size_t bytes) {
+            w.write(data, bytes);
+            if (w.failed())
+                throw FileError(file + ": write failed: " + std::strerror(errno) +
+                                "; the previous file, if any, is unchanged");
+            written += bytes;
+        };
+        static constexpr unsigned char zeros[sf::alignment] = {};
+        auto pad = [&] { put(zeros, static_cast<std::size_t>(sf::round_up(written, sf::alignment) - written)); };
+        auto report = [&] {
+            if (options.on_progress) options.on_progress(written, file_bytes);
+        };
+        put(fixed, sizeof fixed);
+        put(header.data(), header.size());
+        pad();
+        report();
+        auto section = [&]<class T>(const T* src, std::int64_t count) {
+            const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, options.chunk_bytes / sizeof(T)));
+            std::vector<T> buf(static_cast<std::size_t>(std::min(count, chunk)));
+            Crc32 crc;
+            for (std::int64_t done = 0; done < count;) {
+                const std::int64_t k = std::min(chunk, count - done);
+                download(dev, buf.data(), src + done, k);
+                const auto bytes = static_cast<std::size_t>(k) * sizeof(T);
+                crc.update(buf.data(), bytes);
+                put(buf.data(), bytes);
+                done += k;
+                report();
+            }
+            unsigned char c[4];
+            sf::put_le<std::uint32_t>(c, crc.value());
+            put(c, 4);
+            pad();
+            report();
+        };
+        section(static_cast<const Act*>(model.parameters()), n);
+        if constexpr (!std::is_same_v<Act, float>) section(static_cast<const float*>(opt.master()), n);
+        section(static_cast<const float*>(opt.first_moment()), n);
+        section(static_cast<const float*>(opt.second_moment()), n);
+        if (written != file_bytes)
+            throw Error(file + ": wrote " + std::to_string(written) + " bytes, the header says " +
+                        std::to_string(file_bytes) + " (a bug in save_training_state)");
+    });
+}
+
+// Reads the file at `path` into `step` (working weights, master weights,
+// moments, optimizer step count, loss-scaler state, skipped-update count) and
+// returns the progress the trainer saved with it; the trainer applies that
+// (loader.set_position(p.train_position), ctx.seed = p.seed, ...).
+//
+// Every check (see the format comment) comes first, every section's checksum
+// included (a first streaming pass); only then is anything written into the
+// step (a second pass). A file that fails a check throws FileError naming the
+// file and the problem, and leaves the step unchanged. Should a section change
+// on disk between the two passes, the second pass throws FileError saying the
+// step is partly overwritten. The step's hyper-parameters must be the saved
+// ones (AdamW's betas, eps, weight decay; max_grad_norm; a dynamic scaler's
+// knobs): the continuation is bit-identical only then; read_training_state_info
+// gives them to build a matching step.
+template <class Model, class Precision, class Accumulation, class Checkpoint>
+TrainingProgress load_training_state(const std::filesystem::path& path,
+                                     TrainStep<Model, Precision, Accumulation, Checkpoint>& step,
+                                     const typename Model::device_type& dev, const StateFileOptions& options = {}) {
+    namespace sf = detail::state_file;
+    using Act = typename Model::value_type;
+    sf::InFile f(path);
+    const TrainingStateInfo info = sf::read_info(f);
+    const std::string& file = f.name();
+    Model& model = step.model();
+    auto& opt = step.optimizer();
+    const std::int64_t n = model.num_parameters();
+
+    // The model's identity.
+    if (info.num_parameters != n)
+        sf::mismatch(file, "the parameter count", std::to_string(info.num_parameters), std::to_string(n));
+    if (info.dtype != dtype_of<Act>)
+        sf::mismatch(file, "the working weights' dtype", std::string(dtype_name(info.dtype)),
+                     std::string(dtype_name(dtype_of<Act>)));
+    if (info.precision != Precision::name)
+        sf::mismatch(file, "the precision policy", info.precision, Precision::name);
+    if constexpr (sf::HasGPTConfig<Model>) {
+        const GPTConfig& c = model.config();
+        if (!info.gpt) sf::mismatch(file, "the model kind", "a model without a GPT shape", "a GPT " + sf::gpt_text(c));
+        const GPTConfig& g = *info.gpt;
+        const std::pair<const char*, std::pair<int, int>> dims[] = {
+            {"vocab_size", {g.vocab_size, c.vocab_size}}, {"padded_vocab_size", {g.padded_vocab_size, c.padded_vocab_size}},
+            {"max_seq_len", {g.max_seq_len, c.max_seq_len}}, {"n_layer", {g.n_layer, c.n_layer}},
+            {"n_head", {g.n_head, c.n_head}},              {"channels", {g.channels, c.channels}}};
+        for (const auto& [name, v] : dims)
+            if (v.first != v.second)
+                sf::mismatch(file, std::string("the GPT shape's ") + name,
+                             std::to_string(v.first) + " in " + sf::gpt_text(g),
+                             std::to_string(v.second) + " in " + sf::gpt_text(c));
+    } else {
+        if (info.gpt) sf::mismatch(file, "the model kind", "a GPT " + sf::gpt_text(*info.gpt), "a model without a GPT shape");
+    }
+
+    // The loss scaler: present or not, its kind and knobs; the saved state
+    // must be one this step's scaler accepts (tried on a copy).
+    if constexpr (Precision::has_loss_scaler) {
+        using S = typename Precision::scaler_type;
+        if (!info.loss_scaler) sf::mismatch(file, "the loss scaler", "none", std::string(sf::scaler_kind<S>()));
+        if (info.loss_scaler_kind != sf::scaler_kind<S>())
+            sf::mismatch(file, "the loss scaler's kind", info.loss_scaler_kind, sf::scaler_kind<S>());
+        if constexpr (std::is_same_v<S, DynamicLossScaler>) {
+            if (!info.dynamic_scaler) sf::mismatch(file, "the loss scaler's config", "none", "a dynamic scaler's");
+            const DynamicLossScalerConfig& a = *info.dynamic_scaler;
+            const DynamicLossScalerConfig& b = step.scaler.config();
+            sf::check_float(file, "the loss scaler's growth_factor", a.growth_factor, b.growth_factor);
+            sf::check_float(file, "the loss scaler's backoff_factor", a.backoff_factor, b.backoff_factor);
+            if (a.growth_interval != b.growth_interval)
+                sf::mismatch(file, "the loss scaler's growth_interval", std::to_string(a.growth_interval),
+                             std::to_string(b.growth_interval));
+        }
+        S probe = step.scaler;
+        try {
+            probe.restore(*info.loss_scaler);
+        } catch (const ConfigError& e) {
+            throw FileError(file + ": the saved loss-scaler state does not fit this step's scaler: " + e.what());
+        }
+    } else {
+        if (info.loss_scaler)
+            sf::mismatch(file, "the loss scaler", "a " + info.loss_scaler_kind + " loss scaler",
+                         std::string("none (precision ") + Precision::name + ")");
+    }
+
+    // The hyper-parameters that shape the continuation.
+    const AdamWConfig& a = opt.config();
+    sf::check_float(file, "AdamW's beta1", info.adamw.beta1, a.beta1);
+    sf::check_float(file, "AdamW's beta2", info.adamw.beta2, a.beta2);
+    sf::check_float(file, "AdamW's eps", info.adamw.eps, a.eps);
+    sf::check_float(file, "AdamW's weight_decay", info.adamw.weight_decay, a.weight_decay);
+    sf::check_float(file, "max_grad_norm", info.max_grad_norm, step.config().max_grad_norm);
+
+    // The section table: exactly the sections this step has, in order.
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n);
+    auto table = [](const auto& list) {
+        std::string s;
+        for (const auto& x : list)
+            s += (s.empty() ? "" : ", ") + x.name + " (" + std::string(dtype_name(x.dtype)) + " x " +
+                 std::to_string(x.count) + ")";
+        return "[" + s + "]";
+    };
+    bool same = info.sections.size() == specs.size();
+    for (std::size_t i = 0; same && i < specs.size(); ++i)
+        same = info.sections[i].name == specs[i].name && info.sections[i].dtype == specs[i].dtype &&
+               info.sections[i].count == specs[i].count;
+    if (!same) sf::mismatch(file, "the section table", table(info.sections), table(specs));
+
+    // Pass 1: every checksum, nothing written.
+    for (const StateSection& s : info.sections) {
+        const bool ok = s.dtype == DType::f32 ? sf::stream_section<float>(f, s, options.chunk_bytes, dev, nullptr)
+                                              : sf::stream_section<Act>(f, s, options.chunk_bytes, dev, nullptr);
+        if (!ok)
+            throw FileError(file + ": checksum mismatch in section '" + s.name +
+                            "': the file is corrupt; nothing was loaded");
+    }
+
+    // Pass 2: into the step.
+    auto load = [&]<class T>(const StateSection& s, T* dst) {
+        if (!sf::stream_section<T>(f, s, options.chunk_bytes, dev, dst))
+            throw FileError(file + ": section '" + s.name +
+                            "' changed on disk while it was being loaded; the training step is now partly "
+                            "overwritten: load a good file again");
+    };
+    std::size_t i = 0;
+    load(info.sections[i++], model.parameters());
+    if constexpr (!std::is_same_v<Act, float>) load(info.sections[i++], opt.master());
+    load(info.sections[i++], opt.first_moment());
+    load(info.sections[i++], opt.second_moment());
+    opt.set_steps(info.optimizer_steps);
+    if constexpr (Precision::has_loss_scaler) step.scaler.restore(*info.loss_scaler);
+    step.restore_skipped_steps(info.skipped_steps);
+    return info.progress;
+}
+
+}  // namespace snug
