@@ -253,7 +253,7 @@ TEST_CASE("the largest micro-batch fits its budget and one more does not") {
     CHECK_THROWS_AS(run_input(in, one - 1), snug::OutOfMemory);
 }
 
-TEST_CASE("--plan: the largest dividing micro-batch first, then the cheapest checkpoint that fits") {
+TEST_CASE("plan_for_budget (--plan): the largest dividing micro-batch first, then the cheapest checkpoint that fits") {
     const GPTConfig c = shape(64, 16, 4, 2, 16);
     const int wanted = 8;
     MemoryPlanInput base{c, PrecisionKind::bf16, 1, 16, 1, {}, 0, 0};
@@ -378,7 +378,7 @@ TEST_CASE("the largest model of a family that fits, and one block deeper does no
     CHECK(snug::largest_model_that_fits(family, base, 100).depth == 0);
 }
 
-TEST_CASE("--checkpoint auto: the activation budget for checkpoint::Budget keeps the whole run in budget") {
+TEST_CASE("activation_budget (--checkpoint auto): the activation budget for checkpoint::Budget keeps the whole run in budget") {
     const GPTConfig c = shape(64, 16, 4, 2, 16);
     MemoryPlanInput in{c, PrecisionKind::bf16, 2, 16, 1, {}, 0, 0};
     const std::size_t keep_all = snug::predict_memory(in).total;

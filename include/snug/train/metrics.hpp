@@ -286,10 +286,13 @@ inline std::string render_summary(const RunSummary& s) {
 
 // metrics.jsonl: one JSON object per line, flushed after each, so a run
 // stopped at any point leaves every finished update on disk (and at worst one
-// partial last line). Opening truncates a previous file of that name.
+// partial last line). Opening truncates a previous file of that name unless
+// asked to append.
 class JsonLinesFile {
 public:
-    explicit JsonLinesFile(const std::filesystem::path& path) : path_(path), f_(std::fopen(path.c_str(), "w")) {
+    // append: keep what the file holds (a resumed run continues its log).
+    explicit JsonLinesFile(const std::filesystem::path& path, bool append = false)
+        : path_(path), f_(std::fopen(path.c_str(), append ? "a" : "w")) {
         if (f_ == nullptr) throw FileError(path.string() + ": cannot open for writing: " + std::strerror(errno));
     }
     JsonLinesFile(const JsonLinesFile&) = delete;

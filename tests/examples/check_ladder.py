@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Checks a VRAM ladder's ladder.json (ctest runs the host ladder, then this).
+
+Asserts what issue 'the ladder and the memory planner' promises of the table:
+every rung that ran has all five measurements (peak memory total and by
+category, tokens/s, loss per unit of compute, wall-clock, validation loss)
+and a fit flag; the planner's predicted peak matches the measured one within
+2% on the host; peak memory falls from rung 1 to 2 and from 3 (or 2, when no
+accumulation was needed) to 4, as predicted; a rung over the budget is marked
+as not fitting. Exit 0 when all hold, 1 with the reasons otherwise.
+usage: check_ladder.py LADDER_JSON
+"""
+import json
+import sys
+
+CATEGORIES = ["parameters", "master_weights", "gradients", "optimizer_state", "activations", "workspace", "temporaries"]
+
+
+def main(path):
+    with open(path) as f:
+        ladder = json.load(f)
+    problems = []
+    rungs = {r["name"].split()[0]: r for r in ladder["rungs"]}
+    budget = ladder["budget_bytes"]
+    for key in ["1", "2", "3", "4", "5"]:
+        if key not in rungs:
+            problems.append(f"rung {key} is missing")
+    for name, r in rungs.items():
+        if not r["ran"]:
+            if name == "3" and r["note"].startswith("not needed"):
+                continue
+            problems.append(f"rung {r['name']} did not run: {r['note']}")
+            continue
+        peak, predicted = r["peak_bytes"], r["predicted_peak_bytes"]
+        for c in CATEGORIES + ["total"]:
+            if c not in peak:
+                problems.append(f"rung {r['name']}: no measured peak for {c}")
+        for field in ["tokens_per_second", "loss_at_equal_flops", "loss_flops_auc", "wall_clock_seconds", "val_loss"]:
+            v = r.get(field)
+            if not isinstance(v, (int, float)) or v != v or v <= 0:
+                problems.append(f"rung {r['name']}: {field} is {v!r}")
+        if abs(predicted["total"] - peak["total"]) > 0.02 * peak["total"]:
+            problems.append(f"rung {r['name']}: predicted peak {predicted['total']} vs measured {peak['total']} (more than 2% apart)")
+        if budget is not None and r["fits"] != (peak["total"] <= budget):
+            problems.append(f"rung {r['name']}: fits = {r['fits']} but peak {peak['total']} vs budget {budget}")
+        if not r["curve"]:
+            problems.append(f"rung {r['name']}: no loss curve")
+
+    def peak(key):
+        r = rungs.get(key)
+        return r["peak_bytes"]["total"] if r and r["ran"] else None
+
+    def predicted(key):
+        r = rungs.get(key)
+        return r["predicted_peak_bytes"]["total"] if r else None
+
+    if peak("1") is not None and peak("2") is not None and not peak("2") < peak("1"):
+        problems.append(f"peak memory does not fall from rung 1 ({peak('1')}) to rung 2 ({peak('2')})")
+    before_4 = "3" if rungs.get("3", {}).get("ran") else "2"
+    if peak(before_4) is not None and peak("4") is not None:
+        if not peak("4") < peak(before_4):
+            problems.append(f"peak memory does not fall from rung {before_4} ({peak(before_4)}) to rung 4 ({peak('4')})")
+        if not predicted("4") < predicted(before_4):
+            problems.append("the planner does not predict the fall from rung %s to rung 4" % before_4)
+    for p in problems:
+        print("FAIL:", p)
+    if not problems:
+        print(f"ok: {len(rungs)} rungs; peak {peak('1')} -> {peak('2')} (rungs 1 -> 2), "
+              f"{peak(before_4)} -> {peak('4')} (rungs {before_4} -> 4); predictions within 2%")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1]))

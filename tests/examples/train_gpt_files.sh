@@ -1,0 +1,73 @@
+#!/bin/sh
+# train_gpt's files, end to end on the host (ctest runs this):
+#   1. resume is bit-identical: for fp32, bf16 and fp16 (with accumulation and
+#      selective recomputation), 8 updates straight and 3 + stop + resume 5
+#      give the same final weights (llm.c model files compared with cmp) and
+#      the same training losses for updates 4-8;
+#   2. a resume with a different micro-batch is refused, naming the option;
+#   3. Ctrl-C (SIGINT) saves the state and exits 130, and the state resumes;
+#   4. a trained model saved as an llm.c file (and exported as Hugging Face
+#      safetensors) and read back with --init-from --eval-only gives the
+#      validation loss the training run printed.
+# usage: train_gpt_files.sh TRAIN_GPT WORK_DIR
+set -u
+exe=$1
+dir=$2
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+shape="--device host --layers 2 --heads 2 --channels 16 --seq 16 --warmup 2 --eval-batches 2 --sample 0"
+tiny="$shape --batch 4"
+losses() { sed -n 's/.*"train_loss":\([^,]*\),.*/\1/p' "$1" | tail -n 5; }
+
+# 1 and 2: resume.
+for p in fp32 bf16 fp16; do
+    run="$tiny --steps 8 --eval-every 4 --precision $p --accum 2 --checkpoint selective"
+    "$exe" $run --out "$dir/straight-$p" --save-model "$dir/straight-$p.bin" >"$dir/straight-$p.log" 2>&1 ||
+        fail "$p: the straight run failed: $(tail -3 "$dir/straight-$p.log")"
+    "$exe" $run --out "$dir/resumed-$p" --stop-after 3 >"$dir/first-$p.log" 2>&1 ||
+        fail "$p: the first half failed: $(tail -3 "$dir/first-$p.log")"
+    [ -f "$dir/resumed-$p/state.snug" ] || fail "$p: --stop-after 3 left no $dir/resumed-$p/state.snug"
+    "$exe" $run --out "$dir/resumed-$p" --resume "$dir/resumed-$p/state.snug" --save-model "$dir/resumed-$p.bin" \
+        >"$dir/second-$p.log" 2>&1 || fail "$p: the resumed run failed: $(tail -3 "$dir/second-$p.log")"
+    grep -q "resumed from .* at update 3" "$dir/second-$p.log" || fail "$p: the resumed run does not say it resumed at update 3"
+    cmp "$dir/straight-$p.bin" "$dir/resumed-$p.bin" || fail "$p: final weights differ between the straight and the resumed run"
+    [ "$(losses "$dir/straight-$p/metrics.jsonl")" = "$(losses "$dir/resumed-$p/metrics.jsonl")" ] ||
+        fail "$p: training losses of updates 4-8 differ: $(losses "$dir/straight-$p/metrics.jsonl" | tr '\n' ' ') vs $(losses "$dir/resumed-$p/metrics.jsonl" | tr '\n' ' ')"
+    [ "$(grep -c . "$dir/resumed-$p/metrics.jsonl")" = 8 ] || fail "$p: the resumed metrics.jsonl does not hold 8 updates"
+    echo "ok: $p resume is bit-identical (weights and losses of updates 4-8)"
+done
+"$exe" $shape --steps 8 --precision fp32 --accum 2 --checkpoint selective --batch 2 \
+    --resume "$dir/resumed-fp32/state.snug" >"$dir/mismatch.log" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "a resume with another --batch exited $rc, not 2"
+grep -q "batch was 4 in the saved run but is 2 now" "$dir/mismatch.log" || fail "the mismatch message does not name --batch: $(cat "$dir/mismatch.log")"
+echo "ok: a resume with another micro-batch is refused with exit 2"
+
+# 3: Ctrl-C.
+"$exe" $tiny --steps 1000000 --eval-every 1000000 --out "$dir/signal" >"$dir/signal.log" 2>&1 &
+pid=$!
+sleep 3
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] || fail "after SIGINT train_gpt exited $rc, not 130: $(tail -3 "$dir/signal.log")"
+k=$(sed -n 's/^stopped by a signal after update \([0-9]*\);.*/\1/p' "$dir/signal.log")
+[ -n "$k" ] || fail "no 'stopped by a signal after update K' line: $(tail -3 "$dir/signal.log")"
+"$exe" $tiny --steps 1000000 --eval-every 1000000 --out "$dir/signal" --resume "$dir/signal/state.snug" \
+    --stop-after $((k + 2)) >"$dir/signal-resume.log" 2>&1 || fail "resuming after SIGINT failed: $(tail -3 "$dir/signal-resume.log")"
+grep -q "resumed from .* at update $k " "$dir/signal-resume.log" || fail "the run after SIGINT did not resume at update $k"
+echo "ok: SIGINT saved the state at update $k (exit 130) and it resumed"
+
+# 4: model files.
+"$exe" $tiny --steps 6 --eval-every 6 --out "$dir/model" --save-model "$dir/model.bin" --export-hf "$dir/hf" \
+    >"$dir/model.log" 2>&1 || fail "training for the model files failed: $(tail -3 "$dir/model.log")"
+want=$(sed -n 's/^step 6: val loss \([0-9.]*\) nats.*/\1/p' "$dir/model.log")
+[ -n "$want" ] || fail "no 'step 6: val loss' line in $dir/model.log"
+for source in "$dir/model.bin" "$dir/hf"; do
+    "$exe" --device host --init-from "$source" --eval-only --seq 16 --batch 4 --eval-batches 2 --sample 0 \
+        >"$dir/eval.log" 2>&1 || fail "--init-from $source --eval-only failed: $(tail -3 "$dir/eval.log")"
+    got=$(sed -n 's/^eval: loss \([0-9.]*\) nats.*/\1/p' "$dir/eval.log")
+    [ "$got" = "$want" ] || fail "--init-from $source: eval loss $got, but training ended at val loss $want"
+    echo "ok: --init-from $source --eval-only gives the trained model's val loss $want"
+done
+echo "all train_gpt file checks passed"
