@@ -3,11 +3,14 @@
 #
 #   bash benchmarks/device/run.sh            # from the repository root
 #
-# It builds the CUDA tests and benchmarks for sm_90, runs the CUDA tests
-# (and compute-sanitizer's memcheck on them, time permitting), the kernel
-# microbenchmarks and the step benchmark, writes everything under $OUT (or
-# ./out when $OUT is unset) and prints a compact table last. Each stage has
-# its own time limit so the whole run stays under 8 minutes.
+# It builds the CUDA tests, benchmarks and vram_ladder for sm_90, runs the
+# CUDA tests, the kernel microbenchmarks, the step benchmark, the VRAM ladder
+# (GPT-2 124M, T 1024, 12 GiB), the PyTorch side by side
+# (benchmarks/torch/side_by_side.py, eager; torch.compile for bf16) and,
+# time permitting, compute-sanitizer's memcheck on the tests; it writes
+# everything under $OUT (or ./out when $OUT is unset) and prints a compact
+# table last. Each stage has its own time limit so the whole run stays under
+# 8 minutes.
 #
 # The device machine has the CUDA toolkit, CMake and ninja but no Catch2, fmt,
 # nlohmann/json or Google Benchmark. So:
@@ -17,7 +20,8 @@
 #   - the CUDA tests are built by nvcc directly from tests/cuda/*.cu, with
 #     Catch2's single header carried in third_party_headers/ (ignored by git).
 #     Run this script once on a CPU machine first: it copies
-#     /usr/include/catch2 there, and the device call carries that folder:
+#     /usr/include/catch2 (and CLI11's and nlohmann/json's headers, for
+#     vram_ladder) there, and the device call carries that folder:
 #       run(command="bash benchmarks/device/run.sh", carry=["third_party_headers"])
 #     No CUDA test needs fmt (only host tests do, and they run in CI), so fmt
 #     is not carried: fmt is a compiled library on Debian, and although fmt
@@ -45,6 +49,13 @@ if [[ ! -f third_party_headers/catch2/catch.hpp && -f /usr/include/catch2/catch.
     cp /usr/include/catch2/catch.hpp third_party_headers/catch2/
     log "copied /usr/include/catch2/catch.hpp into third_party_headers/ (carry it to the device machine)"
 fi
+# CLI11 and nlohmann/json (header-only) for vram_ladder, the same way.
+for h in CLI nlohmann; do
+    if [[ ! -d third_party_headers/$h && -d /usr/include/$h ]]; then
+        cp -r "/usr/include/$h" third_party_headers/
+        log "copied /usr/include/$h into third_party_headers/"
+    fi
+done
 
 # ---- is there a GPU? ----
 gpu=""
@@ -106,6 +117,13 @@ else
     log "no third_party_headers/catch2/catch.hpp: CUDA tests not built (run this script on a CPU machine first)"
     summary+=("cuda tests: not built (Catch2 header not carried)")
 fi
+# vram_ladder (one nvcc compile of examples/vram_ladder/main.cu) alongside.
+ladder_bin=""
+if [[ -f third_party_headers/CLI/CLI.hpp && -d third_party_headers/nlohmann ]]; then
+    (timeout 300 nvcc -std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Ithird_party_headers \
+        examples/vram_ladder/main.cu -lcublasLt -o "$build/vram_ladder" >"$out/build_ladder.log" 2>&1) &
+    ladder_pid=$!
+fi
 wait "$bench_pid"
 bench_rc=$(cat "$build/bench.rc" 2>/dev/null || echo 1)
 if [[ $bench_rc != 0 ]]; then
@@ -133,6 +151,31 @@ if [[ $bench_rc == 0 ]]; then
     log "kernels_bench rc ${PIPESTATUS[0]}"
     timeout 150 "$build/benchmarks/snug_cuda_step_bench" "$out/step.csv" 2>&1 | tee "$out/step.txt"
     log "step_bench rc ${PIPESTATUS[0]}"
+fi
+
+# ---- the VRAM ladder: GPT-2 124M (vocabulary 50257) at T = 1024 under 12 GiB ----
+if [[ -n ${ladder_pid:-} ]]; then
+    wait "$ladder_pid" && ladder_bin="$build/vram_ladder"
+    if [[ -n $ladder_bin ]]; then
+        timeout 150 "$ladder_bin" --device cuda --model 124M --vocab 50257 --seq 1024 --batch 16 --steps 8 \
+            --warmup 2 --lr 6e-4 --eval-batches 2 --vram-budget 12GiB --out "$out/ladder" 2>&1 | tee "$out/ladder.txt"
+        log "vram_ladder rc ${PIPESTATUS[0]}"
+    else
+        log "vram_ladder FAILED to build (build_ladder.log)"; grep -m5 error "$out/build_ladder.log"
+        summary+=("vram_ladder: BUILD FAILED")
+    fi
+fi
+
+# ---- PyTorch side by side: the same model and rungs (the device's python3 has torch) ----
+if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+    timeout 100 python3 benchmarks/torch/side_by_side.py --modes eager --csv "$out/torch_eager.csv" \
+        --json "$out/torch_eager.json" 2>&1 | tee "$out/torch_eager.txt"
+    log "side_by_side eager rc ${PIPESTATUS[0]}"
+    timeout 100 python3 benchmarks/torch/side_by_side.py --modes compile --rungs bf16 --csv "$out/torch_compile.csv" \
+        --json "$out/torch_compile.json" 2>&1 | tee "$out/torch_compile.txt"
+    log "side_by_side compile (bf16) rc ${PIPESTATUS[0]}"
+else
+    summary+=("pytorch side by side: not run (no python3 with CUDA torch)")
 fi
 
 # ---- compute-sanitizer, with what time is left (it refuses the GPU under gVisor) ----
@@ -166,5 +209,15 @@ if [[ -f $out/step.csv ]]; then
         printf "%-20s %-5s %9.0f tok/s  MFU %5.1f%%  HFU %5.1f%%  tracker %6.2f GiB  driver %6.2f GiB  %s\n",
                $1, $2, $7, $8 * 100, $10 * 100, $11, $12, $15 }' \
         "$out/step.csv"
+fi
+for f in "$out/torch_eager.csv" "$out/torch_compile.csv"; do
+    [[ -f $f ]] || continue
+    echo "--- PyTorch $(basename "$f" .csv | sed 's/torch_//') (same rungs, same format) ---"
+    awk -F, 'NR > 1 { gsub(/"/, "")
+        printf "%-20s %-5s %9s tok/s  MFU %5s  tracker %6s GiB  %s\n", $3, $4, $9, $10, $13, $17 }' "$f"
+done
+if [[ -f $out/ladder.txt ]]; then
+    echo "--- VRAM ladder ---"
+    sed -n '/^VRAM ladder:/,$p' "$out/ladder.txt"
 fi
 echo "total $((SECONDS - start)) s; full results in $out"

@@ -35,10 +35,7 @@ int run(int argc, char** argv) {
         "With no arguments: a small model (2 layers, 4 heads, 128 channels; B 32, T 32, 1000 updates, fp32) on the\n"
         "built-in synthetic corpus.\n"};
     app.option_defaults()->always_capture_default();
-    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
-    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    auto* model_opt = add_model_options(app, o);
     app.add_option("--init-from", o.init_from,
                    "start from an llm.c model file (.bin, version 3 or 5) or a Hugging Face GPT-2 directory "
                    "(model.safetensors + config.json); the shape comes from it")
@@ -113,14 +110,7 @@ int run(int argc, char** argv) {
     if (o.eval_only && !o.resume.empty())
         throw snug::ConfigError("--eval-only takes a model file (--init-from), not a training state");
 
-    snug::GPTConfig shape;
-    if (!o.model.empty()) {
-        shape = snug::GPTConfig::preset(o.model);
-    } else {
-        shape.n_layer = o.layers;
-        shape.n_head = o.heads;
-        shape.channels = o.channels;
-    }
+    const snug::GPTConfig shape = model_shape(o);
 
     const DeviceInfo device = choose_device(o.device);
     if (o.plan) return print_plan(o, shape, device);
@@ -174,22 +164,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const snug::OutOfMemory& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", e.what());
-        return 3;
-    } catch (const snug::NoCudaDevice& e) {
-        std::fprintf(stderr, "train_gpt: %s\n", e.what());
-        return 2;
-    } catch (const snug::ConfigError& e) {
-        std::fprintf(stderr, "train_gpt: %s\n", e.what());
-        return 2;
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return guarded_main("train_gpt", [&] { return run(argc, argv); }); }

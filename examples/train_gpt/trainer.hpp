@@ -57,6 +57,7 @@ struct Options {
     // The model: a preset, a shape, or a file (--init-from: llm.c .bin or a Hugging Face directory).
     std::string model;
     int layers = 2, heads = 4, channels = 128;
+    int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
     std::string init_from;
     // What decides memory and speed.
     std::string precision = "fp32";
@@ -119,6 +120,51 @@ inline CheckpointKind parse_checkpoint(const std::string& s) {
         throw snug::ConfigError("--checkpoint " + s + ": every:K is compiled for K = 2, 3, 4 only "
                                 "(every:1 is 'full'; use 'auto' to fit a budget)");
     throw snug::ConfigError("--checkpoint " + s + ": expected none, full, every:K (K = 2, 3, 4), selective or auto");
+}
+
+// The model's shape options both programs take; returns --model, which
+// the shape options exclude (and --init-from too).
+inline CLI::Option* add_model_options(CLI::App& app, Options& o) {
+    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
+    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--vocab", o.vocab, "the model's vocabulary (0: the data's; e.g. 50257 for GPT-2's shape on any data)")
+        ->check(CLI::NonNegativeNumber);
+    return model_opt;
+}
+
+// The shape asked for: a preset, or layers / heads / channels.
+inline snug::GPTConfig model_shape(const Options& o) {
+    if (!o.model.empty()) return snug::GPTConfig::preset(o.model);
+    snug::GPTConfig shape;
+    shape.n_layer = o.layers;
+    shape.n_head = o.heads;
+    shape.channels = o.channels;
+    return shape;
+}
+
+// main() of both programs: runs `run` and turns what escapes into the exit
+// codes 1 (runtime error), 2 (configuration) and 3 (memory budget).
+template <class Run>
+int guarded_main(const char* program, Run&& run) {
+    try {
+        return run();
+    } catch (const snug::OutOfMemory& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "\n%s: OutOfMemory: %s\n", program, e.what());
+        return 3;
+    } catch (const snug::NoCudaDevice& e) {
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        return 2;
+    } catch (const snug::ConfigError& e) {
+        std::fprintf(stderr, "%s: %s\n", program, e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "\n%s: error: %s\n", program, e.what());
+        return 1;
+    }
 }
 
 // ---- data ----------------------------------------------------------------------
@@ -388,12 +434,17 @@ struct ModelSource {
 inline ModelSource model_source(const Options& o, const snug::GPTConfig& shape, int data_vocab) {
     ModelSource m;
     if (o.init_from.empty()) {
-        m.config = shape.with_vocab(data_vocab).with_context(o.seq);
+        if (o.vocab != 0 && o.vocab < data_vocab)
+            throw snug::ConfigError("--vocab " + std::to_string(o.vocab) + " is smaller than the data's vocabulary of " +
+                                    std::to_string(data_vocab) + " tokens");
+        m.config = shape.with_vocab(o.vocab != 0 ? o.vocab : data_vocab).with_context(o.seq);
         m.config.validate();
         m.weights = snug::gpt_initial_weights(m.config, o.seed);
         m.description = "fresh (GPT-2 initialisation, seed " + std::to_string(o.seed) + ")";
         return m;
     }
+    if (o.vocab != 0)
+        throw snug::ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
     if (std::filesystem::is_directory(o.init_from)) {
         auto hf = snug::io::import_hf_gpt2(o.init_from);
         m.config = hf.config;
@@ -527,7 +578,7 @@ inline int print_plan(const Options& o, const snug::GPTConfig& shape, const Devi
     if (!o.budget_bytes) throw snug::ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
     snug::GPTConfig config;
     if (o.init_from.empty()) {
-        config = shape.with_vocab(data_vocab(o)).with_context(o.seq);
+        config = shape.with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.seq);
     } else {
         config = std::filesystem::is_directory(o.init_from) ? snug::io::import_hf_gpt2(o.init_from).config
                                                             : snug::io::read_llmc_model(o.init_from).config;

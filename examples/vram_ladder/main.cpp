@@ -36,10 +36,7 @@ int run(int argc, char** argv) {
     CLI::App app{"vram_ladder: walk the order of operations for one model under one memory budget and measure "
                  "each rung."};
     app.option_defaults()->always_capture_default();
-    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
-    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    add_model_options(app, o);
     app.add_option("--batch", o.batch, "the wanted batch: sequences per update")->check(CLI::PositiveNumber);
     app.add_option("--seq", o.seq, "sequence length T (rung 5 halves it)")->check(CLI::Range(2, 1 << 20));
     app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(CLI::PositiveNumber);
@@ -65,31 +62,10 @@ int run(int argc, char** argv) {
         return code == 0 ? 0 : 2;
     }
     if (o.vram_budget != "none") o.budget_bytes = snug::parse_bytes(o.vram_budget);
-    snug::GPTConfig shape;
-    if (!o.model.empty()) {
-        shape = snug::GPTConfig::preset(o.model);
-    } else {
-        shape.n_layer = o.layers;
-        shape.n_head = o.heads;
-        shape.channels = o.channels;
-    }
+    const snug::GPTConfig shape = model_shape(o);
     return run_ladder_program(o, lo, shape, choose_device(o.device));
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const snug::ConfigError& e) {
-        std::fprintf(stderr, "vram_ladder: %s\n", e.what());
-        return 2;
-    } catch (const snug::NoCudaDevice& e) {
-        std::fprintf(stderr, "vram_ladder: %s\n", e.what());
-        return 2;
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "\nvram_ladder: error: %s\n", e.what());
-        return 1;
-    }
-}
+int main(int argc, char** argv) { return guarded_main("vram_ladder", [&] { return run(argc, argv); }); }
