@@ -468,14 +468,16 @@ inline ModelSource model_source(const Options& o, const snug::GPTConfig& shape, 
 
 // ---- what a run is, for the state file -----------------------------------------------
 
-// The options a resumed run must share with the run that saved the state
-// (the rest — steps, schedule, eval, files — may change on resume).
+// The options a resumed run must share with the run that saved the state.
+// The rest may change on resume: steps, schedule, evaluation, files, and the
+// checkpoint policy (recomputation gives the same gradients bit for bit, so
+// a run may move to a smaller card with --checkpoint auto and continue).
+// The optimizer's settings are checked by load_training_state itself.
 inline nlohmann::json run_identity(const Options& o, const snug::GPTConfig& c) {
     return {{"layers", c.n_layer},   {"heads", c.n_head},       {"channels", c.channels},
             {"vocab", c.vocab_size}, {"context", c.max_seq_len}, {"precision", o.precision},
             {"batch", o.batch},      {"seq", o.seq},             {"accum", o.accum},
-            {"data", o.data},        {"val", o.val},             {"alphabet", o.alphabet},
-            {"checkpoint", o.checkpoint}};
+            {"data", o.data},        {"val", o.val},             {"alphabet", o.alphabet}};
 }
 
 // Throws ConfigError naming the first option that differs from the saved run's.
