@@ -270,6 +270,12 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
     std::printf("F = %.3g model FLOPs (loss@F: training loss there; mean loss: the area under loss vs FLOPs up to F, / F)\n",
                 common);
     std::printf("%s\n", rule.c_str());
+    // On a GPU: the planner against what the driver gave each run.
+    for (const Rung& r : rungs)
+        if (r.ran && r.result.driver_peak > 0)
+            std::printf("  %-24s driver %s MiB, planner %s MiB (%+.1f%%)\n", r.name.c_str(),
+                        mib(r.result.driver_peak).c_str(), mib(r.predicted.total).c_str(),
+                        100.0 * (static_cast<double>(r.predicted.total) / static_cast<double>(r.result.driver_peak) - 1.0));
     for (const Rung& r : rungs)
         if (!r.note.empty()) std::printf("  %s: %s\n", r.name.c_str(), r.note.c_str());
 
@@ -309,6 +315,8 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
                 // At the moment of the total's peak (sums to it), and each category's own peak.
                 {"peak_bytes", r.ran ? bytes_json(r.result.at_peak, r.result.peak_total) : nlohmann::json(nullptr)},
                 {"category_peak_bytes", r.ran ? bytes_json(r.result.peak_bytes, r.result.peak_total) : nlohmann::json(nullptr)},
+                {"driver_peak_bytes", r.ran && r.result.driver_peak > 0 ? nlohmann::json(r.result.driver_peak)
+                                                                          : nlohmann::json(nullptr)},
                 {"tokens_per_second", r.ran ? opt(r.result.summary.median_tokens_per_second) : nlohmann::json(nullptr)},
                 {"wall_clock_seconds", r.ran ? nlohmann::json(r.result.summary.wall_clock) : nlohmann::json(nullptr)},
                 {"val_loss", r.ran ? opt(r.result.summary.final_val_loss) : nlohmann::json(nullptr)},

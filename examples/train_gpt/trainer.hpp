@@ -293,11 +293,34 @@ struct Session {
           ctx{Dev{}, activations, scratch} {
 #if defined(__CUDACC__)
         if constexpr (std::is_same_v<Dev, snug::Cuda>) {
+            driver_baseline = driver_used_bytes();  // the context exists; nothing of this session yet
             blas.emplace(tracker);
             ctx.device.blas = &*blas;
         }
 #endif
     }
+
+    // The device memory the driver reports in use (CUDA; 0 on the host).
+    static std::size_t driver_used_bytes() {
+#if defined(__CUDACC__)
+        if constexpr (std::is_same_v<Dev, snug::Cuda>) {
+            snug::cuda::check(cudaFree(nullptr));  // creates the context if it does not exist yet
+            std::size_t free_bytes = 0, total_bytes = 0;
+            snug::cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));
+            return total_bytes - free_bytes;
+        }
+#endif
+        return 0;
+    }
+    // What the driver has given this session so far (CUDA; 0 on the host):
+    // sampled after each update, and the arenas keep their chunks, so the
+    // highest sample is the session's high-water mark as the driver sees it
+    // (tracked bytes, arena chunk slack, cuBLASLt's own allocations).
+    std::size_t driver_used_by_session() const {
+        const std::size_t used = driver_used_bytes();
+        return used > driver_baseline ? used - driver_baseline : 0;
+    }
+    std::size_t driver_baseline = 0;
 
     // The backend's own long-lived bytes (cuBLASLt's workspace on CUDA; none on the host).
     std::size_t backend_workspace() const {
@@ -512,6 +535,7 @@ struct RunResult {
     snug::MemoryBreakdown peak_bytes{};  // each category's own peak
     snug::MemoryBreakdown at_peak{};     // the categories at the moment of the total's peak (they sum to it)
     std::size_t peak_total = 0;
+    std::size_t driver_peak = 0;         // CUDA: the driver's used memory for this run (Session); 0 on the host
 };
 
 template <class Precision>
@@ -759,6 +783,7 @@ RunResult train(const Options& o, const Data& data, const ModelSource& source, c
             }
             const snug::StepResult r = step.step(s.ctx, batches, B, T, lr);
             const auto t1 = clock::now();
+            result.driver_peak = std::max(result.driver_peak, s.driver_used_by_session());
             if (i == first_step) {
                 result.recompute_plan = describe_plan(step.recompute_plan());
                 if (!o.quiet) std::printf("recompute plan: %s\n", result.recompute_plan.c_str());
