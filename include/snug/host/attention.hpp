@@ -50,28 +50,13 @@ inline void check_attention(const char* op, int B, int T, int C, int NH) {
 }
 
 // e^x for x <= 0 in fp32, branch-free so that a loop of it vectorises:
-// 2^n e^r with n = round(x / ln 2), r = x - n ln 2 reduced in two steps
-// (Cody-Waite; n ln2_hi is exact), e^r by its degree-7 Taylor polynomial
-// (|r| <= ln(2) / 2, truncation below 1e-8 relative). 2^n is built from the
-// float n + 2^23 + 127, whose low mantissa bits are n + 127: no float-to-int
-// conversion, so a NaN or -inf argument stays defined behaviour. Below -87.3
-// (where e^x < FLT_MIN) the result is 0; a NaN gives a NaN.
+// exp_parts' 2^n e^r, with 2^n built from the float n + 2^23 + 127, whose
+// low mantissa bits are n + 127: no float-to-int conversion, so a NaN or
+// -inf argument stays defined behaviour. Below -87.3 (where e^x < FLT_MIN)
+// the result is 0; a NaN gives a NaN.
 inline float attention_exp(float x) {
-    constexpr float log2e = 1.44269504088896341F;
-    constexpr float ln2_hi = 0.693145751953125F;
-    constexpr float ln2_lo = 1.42860682030941723e-06F;
-    constexpr float round_magic = 12582912.0F;  // 1.5 * 2^23: adding it rounds to an integer
-    constexpr float lowest = -87.33654F;        // ln(FLT_MIN)
-    const float n = (x * log2e + round_magic) - round_magic;
-    const float r = (x - n * ln2_hi) - n * ln2_lo;
-    float p = 1.0F / 5040.0F;
-    p = p * r + 1.0F / 720.0F;
-    p = p * r + 1.0F / 120.0F;
-    p = p * r + 1.0F / 24.0F;
-    p = p * r + 1.0F / 6.0F;
-    p = p * r + 0.5F;
-    p = p * r + 1.0F;
-    p = p * r + 1.0F;
+    constexpr float lowest = -87.33654F;  // ln(FLT_MIN)
+    const auto [n, p] = exp_parts(x);
     const std::uint32_t biased = std::bit_cast<std::uint32_t>(n + (8388608.0F + 127.0F));  // 2^23 + 127 + n
     const float value = p * std::bit_cast<float>(biased << 23);
     // A mask rather than a conditional: GCC gives up on a loop with the latter.

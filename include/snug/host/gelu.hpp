@@ -22,28 +22,12 @@ inline constexpr double gelu_k0 = 0.7978845608028654;  // sqrt(2 / pi)
 inline constexpr double gelu_k1 = 0.044715;
 
 // e^x in fp32 for x in [-100, 89] (the caller clamps: see gelu_prepare):
-// 2^n e^r with n = round(x / ln 2), |r| <= ln(2) / 2 reduced in two steps
-// (Cody-Waite), e^r by its degree-7 Taylor polynomial (truncation < 1e-8
-// relative), scaled by 2^n in two exact halves, so that results past
-// FLT_MAX (x > 88.72) are +inf and tiny ones (x < -87.3) underflow
-// gradually. Plain arithmetic and integer bit moves only, so loops of it
-// vectorise. (A clamp inside the same loop would not: GCC threads the
-// clamped constant through the rest and gives up on the loop.)
+// exp_parts' 2^n e^r, scaled by 2^n in two exact halves, so that results
+// past FLT_MAX (x > 88.72) are +inf and tiny ones (x < -87.3) underflow
+// gradually. (A clamp inside the same loop would not vectorise: GCC threads
+// the clamped constant through the rest and gives up on the loop.)
 inline float exp_f32(float x) {
-    constexpr float log2e = 1.44269504088896341F;
-    constexpr float ln2_hi = 0.693145751953125F;  // few mantissa bits: n * ln2_hi is exact
-    constexpr float ln2_lo = 1.42860682030941723e-06F;
-    constexpr float round_magic = 12582912.0F;  // 1.5 * 2^23: adding it rounds to an integer
-    const float n = (x * log2e + round_magic) - round_magic;
-    const float r = (x - n * ln2_hi) - n * ln2_lo;
-    float p = 1.0F / 5040.0F;
-    p = p * r + 1.0F / 720.0F;
-    p = p * r + 1.0F / 120.0F;
-    p = p * r + 1.0F / 24.0F;
-    p = p * r + 1.0F / 6.0F;
-    p = p * r + 0.5F;
-    p = p * r + 1.0F;
-    p = p * r + 1.0F;
+    const auto [n, p] = exp_parts(x);
     // 2^n = 2^n1 * 2^n2, each a normal float for n in [-145, 129].
     const auto ni = static_cast<std::int32_t>(n);
     const std::int32_t n1 = ni / 2;

@@ -102,6 +102,35 @@ A lane_sum(std::int64_t n, F&& term) {
     return sum;
 }
 
+// The shared core of the host kernels' fast fp32 exponentials (GELU's and
+// attention's, which differ only in the range they must cover): e^x = 2^n p
+// with n = round(x / ln 2) and p = e^r, r = x - n ln 2 reduced in two steps
+// (Cody-Waite: n ln2_hi is exact) and |r| <= ln(2) / 2, p by its degree-7
+// Taylor polynomial (truncation below 1e-8 relative). Plain arithmetic, so
+// that loops of it vectorise; the caller builds 2^n for its range.
+struct ExpParts {
+    float n;  // an integer value
+    float p;  // e^r, in [0.7, 1.42]
+};
+
+inline ExpParts exp_parts(float x) {
+    constexpr float log2e = 1.44269504088896341F;
+    constexpr float ln2_hi = 0.693145751953125F;  // few mantissa bits: n * ln2_hi is exact
+    constexpr float ln2_lo = 1.42860682030941723e-06F;
+    constexpr float round_magic = 12582912.0F;  // 1.5 * 2^23: adding it rounds to an integer
+    const float n = (x * log2e + round_magic) - round_magic;
+    const float r = (x - n * ln2_hi) - n * ln2_lo;
+    float p = 1.0F / 5040.0F;
+    p = p * r + 1.0F / 720.0F;
+    p = p * r + 1.0F / 120.0F;
+    p = p * r + 1.0F / 24.0F;
+    p = p * r + 1.0F / 6.0F;
+    p = p * r + 0.5F;
+    p = p * r + 1.0F;
+    p = p * r + 1.0F;
+    return {n, p};
+}
+
 // Throws ShapeError "<op>: negative size name = value, ..." when any of the
 // named sizes is negative.
 inline void check_non_negative(const char* op,
