@@ -45,17 +45,24 @@ rc=$?
 grep -q "batch was 4 in the saved run but is 2 now" "$dir/mismatch.log" || fail "the mismatch message does not name --batch: $(cat "$dir/mismatch.log")"
 echo "ok: a resume with another micro-batch is refused with exit 2"
 
-# 3: Ctrl-C.
-"$exe" $tiny --steps 1000000 --eval-every 1000000 --out "$dir/signal" >"$dir/signal.log" 2>&1 &
+# 3: Ctrl-C. The signal goes once training has started ("step 0:" is printed
+# after the handler is installed): a background job of a non-interactive
+# shell starts with SIGINT ignored, so an earlier signal would be lost.
+"$exe" $tiny --steps 20000 --eval-every 20000 --out "$dir/signal" >"$dir/signal.log" 2>&1 &
 pid=$!
-sleep 3
+waited=0
+until grep -q "^step 0:" "$dir/signal.log"; do
+    [ $waited -lt 600 ] || { kill -KILL $pid; fail "train_gpt printed no 'step 0:' line in 60 s: $(tail -3 "$dir/signal.log")"; }
+    sleep 0.1
+    waited=$((waited + 1))
+done
 kill -INT $pid
 wait $pid
 rc=$?
 [ $rc = 130 ] || fail "after SIGINT train_gpt exited $rc, not 130: $(tail -3 "$dir/signal.log")"
 k=$(sed -n 's/^stopped by a signal after update \([0-9]*\);.*/\1/p' "$dir/signal.log")
 [ -n "$k" ] || fail "no 'stopped by a signal after update K' line: $(tail -3 "$dir/signal.log")"
-"$exe" $tiny --steps 1000000 --eval-every 1000000 --out "$dir/signal" --resume "$dir/signal/state.snug" \
+"$exe" $tiny --steps 20000 --eval-every 20000 --out "$dir/signal" --resume "$dir/signal/state.snug" \
     --stop-after $((k + 2)) >"$dir/signal-resume.log" 2>&1 || fail "resuming after SIGINT failed: $(tail -3 "$dir/signal-resume.log")"
 grep -q "resumed from .* at update $k " "$dir/signal-resume.log" || fail "the run after SIGINT did not resume at update $k"
 echo "ok: SIGINT saved the state at update $k (exit 130) and it resumed"
