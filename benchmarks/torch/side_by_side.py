@@ -582,6 +582,9 @@ def main():
     p.add_argument("--tiny", action="store_true",
                    help="tiny shapes for a CPU smoke run: d2 (2 layers, 128 channels) and d4 for the 350M rung, "
                         "vocabulary 256, T 64, B 4, 1 warm-up + 2 timed updates")
+    p.add_argument("--shape", default=None, metavar="L,NH,C,V",
+                   help="the small model's layers, heads, channels and vocabulary instead of its preset, e.g. "
+                        "4,4,128,256: snug's host step goal (with -T 128 -B 16 --device cpu --rungs fp32)")
     p.add_argument("-B", type=int, default=None, help="micro-batch (default 16; tiny 4)")
     p.add_argument("-T", type=int, default=None, help="sequence length (default 1024; tiny 64)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up updates (default 2; tiny 1)")
@@ -617,6 +620,12 @@ def main():
         small, medium = preset("d2").with_vocab(256), preset("d4").with_vocab(256)
     else:
         small, medium = preset("124M"), preset("350M")
+    if args.shape:
+        try:
+            L, NH, C, V = (int(x) for x in args.shape.split(","))
+        except ValueError:
+            sys.exit("side_by_side.py: --shape takes L,NH,C,V (four integers), got '%s'" % args.shape)
+        small = Shape("L%d-C%d" % (L, C), L, NH, C).with_vocab(V)
     small, medium = small.with_context(T), medium.with_context(T)
     rungs = ladder(small, medium)
     if args.rungs:
