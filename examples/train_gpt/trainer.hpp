@@ -452,6 +452,17 @@ struct ModelSource {
     std::string description;
 };
 
+// An llm.c model file, or a Hugging Face GPT-2 directory (model.safetensors
+// + config.json): its shape and fp32 weights.
+inline ModelSource read_model_file(const std::string& path) {
+    if (std::filesystem::is_directory(path)) {
+        auto hf = snug::io::import_hf_gpt2(path);
+        return {hf.config, std::move(hf.weights), "Hugging Face GPT-2 directory " + path};
+    }
+    auto file = snug::io::read_llmc_model(path);
+    return {file.config, std::move(file.weights), "llm.c model file " + path};
+}
+
 // --init-from FILE (an llm.c model file) or DIR (Hugging Face GPT-2 safetensors
 // + config.json), else a fresh GPT-2 initialisation of `shape` sized for the data.
 inline ModelSource model_source(const Options& o, const snug::GPTConfig& shape, int data_vocab) {
@@ -468,17 +479,7 @@ inline ModelSource model_source(const Options& o, const snug::GPTConfig& shape, 
     }
     if (o.vocab != 0)
         throw snug::ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
-    if (std::filesystem::is_directory(o.init_from)) {
-        auto hf = snug::io::import_hf_gpt2(o.init_from);
-        m.config = hf.config;
-        m.weights = std::move(hf.weights);
-        m.description = "Hugging Face GPT-2 directory " + o.init_from;
-    } else {
-        auto file = snug::io::read_llmc_model(o.init_from);
-        m.config = file.config;
-        m.weights = std::move(file.weights);
-        m.description = "llm.c model file " + o.init_from;
-    }
+    m = read_model_file(o.init_from);
     if (data_vocab > m.config.vocab_size)
         throw snug::ConfigError("--init-from " + o.init_from + ": the model's vocabulary has " +
                                 std::to_string(m.config.vocab_size) + " tokens but the data's has " +
@@ -559,9 +560,9 @@ inline std::size_t backend_workspace_bytes([[maybe_unused]] const DeviceInfo& de
 }
 
 // The memory planner's view of a run (snug/train/planner.hpp): what train()
-// below allocates, for the options' precision, shapes and checkpoint policy
-// (--checkpoint auto: the plan checkpoint::Budget picks for the budget).
-inline snug::MemoryPlanInput plan_input(const Options& o, const snug::GPTConfig& config, std::size_t backend_workspace) {
+// below allocates for the options' precision and shapes, before a recompute
+// plan is chosen (the input snug::activation_budget takes).
+inline snug::MemoryPlanInput plan_base(const Options& o, const snug::GPTConfig& config, std::size_t backend_workspace) {
     snug::MemoryPlanInput in;
     in.model = config;
     in.precision = snug::parse_precision_kind(o.precision);
@@ -570,6 +571,13 @@ inline snug::MemoryPlanInput plan_input(const Options& o, const snug::GPTConfig&
     in.accumulation = o.accum;
     in.backend_workspace = backend_workspace;
     in.sampling_window = !o.quiet && o.sample > 0 ? config.max_seq_len : 0;
+    return in;
+}
+
+// plan_base with the options' checkpoint policy (--checkpoint auto: the plan
+// checkpoint::Budget picks for the budget).
+inline snug::MemoryPlanInput plan_input(const Options& o, const snug::GPTConfig& config, std::size_t backend_workspace) {
+    snug::MemoryPlanInput in = plan_base(o, config, backend_workspace);
     if (o.checkpoint_kind != CheckpointKind::automatic) {
         in.recompute = snug::recompute_plan_for(o.checkpoint, config.n_layer);
     } else if (o.budget_bytes) {
@@ -606,8 +614,7 @@ inline int print_plan(const Options& o, const snug::GPTConfig& shape, const Devi
     if (o.init_from.empty()) {
         config = shape.with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.seq);
     } else {
-        config = std::filesystem::is_directory(o.init_from) ? snug::io::import_hf_gpt2(o.init_from).config
-                                                            : snug::io::read_llmc_model(o.init_from).config;
+        config = read_model_file(o.init_from).config;
     }
     config.validate();
     const std::size_t budget = *o.budget_bytes;
@@ -679,11 +686,7 @@ RunResult train(const Options& o, const Data& data, const ModelSource& source, c
             // What is left for activations once everything else the planner
             // predicts is counted; no memory budget: no limit.
             std::size_t bytes = std::numeric_limits<std::size_t>::max();
-            if (o.budget_bytes) {
-                snug::MemoryPlanInput in = plan_input(o, config, s.backend_workspace());
-                in.recompute.clear();
-                bytes = snug::activation_budget(in, *o.budget_bytes);
-            }
+            if (o.budget_bytes) bytes = snug::activation_budget(plan_base(o, config, s.backend_workspace()), *o.budget_bytes);
             checkpoint = snug::checkpoint::Budget(bytes);
             if (!o.quiet)
                 std::printf("checkpoint auto: %s for activations\n",
