@@ -62,8 +62,7 @@ __global__ void fill_targets_kernel(std::int32_t* p, std::int64_t n, std::uint64
 
 template <class T>
 void fill(T* p, std::int64_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-    fill_kernel<T><<<1024, 256>>>(p, n, seed, lo, hi);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<fill_kernel<T>>(1024, 256, 0, nullptr, p, n, seed, lo, hi);
 }
 
 // Device memory owned plainly (not through the tracker: the benchmark is the
@@ -253,8 +252,7 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
         DeviceArray<float> losses(N);
         DeviceArray<std::int32_t> targets(N);
         fill(logits.p, logits.n, 12, -4.0f, 4.0f);
-        fill_targets_kernel<<<256, 256>>>(targets.p, N, 13, V);
-        snug::cuda::check_last_launch();
+        snug::cuda::launch<fill_targets_kernel>(256, 256, 0, nullptr, targets.p, N, 13, V);
         memory_row("softmax_cross_entropy", dt, "N 16384 V 50257 Vp 50304",
                    2.0 * double(N * Vp) * sizeof(Tp) + 8.0 * N, ceil, [&](int) {
             snug::cuda::softmax_cross_entropy(dev, losses.p, logits.p, targets.p, N, V, Vp, 1.0f / float(N));

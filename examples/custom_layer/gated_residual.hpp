@@ -5,7 +5,9 @@
 //   1. The math, once:  y = x + (x ⊙ s) ⊙ w   with   s = sigmoid(x ⊙ g),
 //      g and w per-channel parameters (C). A helper both backends share.
 //   2. Its kernels, one overload per device tag: a plain loop for snug::Host,
-//      a __global__ kernel for snug::Cuda (compiled only by nvcc). The layer
+//      a __global__ kernel for snug::Cuda, started by snug::cuda::launch
+//      (compiled by nvcc, or by the host compiler for the emulated CUDA
+//      backend, which runs it on the CPU with its faults checked). The layer
 //      calls them unqualified with ctx.device first, so overloading on the tag
 //      picks the backend, as snug's own kernels are picked.
 //   3. The layer class, which models snug::Layer (static_assert below): its
@@ -34,9 +36,10 @@
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
 
-#if defined(__CUDACC__)
-#include "snug/cuda/check.hpp"
+#if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/device.hpp"
+#include "snug/cuda/launch.hpp"
+#include "snug/cuda/shared_memory.hpp"
 #endif
 
 namespace tiny {
@@ -105,7 +108,7 @@ void gated_residual_backward(const snug::Host&, T* dx,  // (N, C)
     }
 }
 
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
 
 // Grid-stride over the N C elements.
 template <class T>
@@ -145,8 +148,15 @@ __global__ void gated_residual_backward_kernel(T* dx, float* dg, float* dw, cons
             sum_w += d.dw;
         }
     }
-    __shared__ float part_g[gate_block_rows][gate_block_channels];
-    __shared__ float part_w[gate_block_rows][gate_block_channels];
+    // Shared memory through snug::cuda::block_shared, so that the emulated
+    // backend gives each block fresh, poisoned memory and checks it for races.
+    struct Parts {
+        float g[gate_block_rows][gate_block_channels];
+        float w[gate_block_rows][gate_block_channels];
+    };
+    Parts& parts = snug::cuda::block_shared<Parts>();
+    auto& part_g = parts.g;
+    auto& part_w = parts.w;
     part_g[threadIdx.y][threadIdx.x] = sum_g;
     part_w[threadIdx.y][threadIdx.x] = sum_w;
     __syncthreads();
@@ -171,8 +181,7 @@ void gated_residual_forward(const snug::Cuda& dev, T* y,  // (N, C)
     const std::int64_t n = N * C;
     if (n == 0) return;
     const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096));
-    gated_residual_forward_kernel<<<blocks, 256, 0, dev.stream>>>(y, saved, x, g, w, n, C);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<gated_residual_forward_kernel<T>>(blocks, 256, 0, dev.stream, y, saved, x, g, w, n, C);
 }
 
 template <class T>
@@ -188,11 +197,11 @@ void gated_residual_backward(const snug::Cuda& dev, T* dx,  // (N, C)
     if (N == 0 || C == 0) return;
     const dim3 block(gate_block_channels, gate_block_rows);
     const auto blocks = static_cast<unsigned>((C + gate_block_channels - 1) / gate_block_channels);
-    gated_residual_backward_kernel<<<blocks, block, 0, dev.stream>>>(dx, dg, dw, dy, x, saved, g, w, N, C);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<gated_residual_backward_kernel<T>>(blocks, block, 0, dev.stream, dx, dg, dw, dy, x, saved, g, w,
+                                                          N, C);
 }
 
-#endif  // __CUDACC__
+#endif  // SNUG_CUDA_BACKEND
 
 // ---- 3. The layer -----------------------------------------------------------
 

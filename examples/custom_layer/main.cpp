@@ -29,7 +29,9 @@
 //                        and the skipped steps.
 //
 // Built by g++ it runs on snug::Host; main.cu is this file built by nvcc, on
-// snug::Cuda. Exit code 0 when every loss fell, every checkpoint plan gave the
+// snug::Cuda; built against snug::cuda_emulated (CMake target
+// custom_layer_emulated) it runs snug::Cuda on the emulated GPU, so the
+// layer's CUDA kernel is tested where no GPU exists. Exit code 0 when every loss fell, every checkpoint plan gave the
 // plain gradients bit for bit, and every predicted activation peak was exact.
 #include <algorithm>
 #include <cinttypes>
@@ -45,7 +47,7 @@
 
 namespace tiny {
 
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
 using Dev = snug::Cuda;
 #else
 using Dev = snug::Host;
@@ -260,7 +262,7 @@ static_assert(snug::TrainableModel<TinyLM<float, Dev>>);
 // The tracker every byte goes through, the two arenas and the context.
 struct Session {
     snug::MemoryTracker tracker;
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     snug::cuda::Blas blas{tracker};  // cuBLASLt, for linear_forward / linear_backward
 #endif
     snug::ActivationArena<Dev> activations{tracker};
@@ -268,7 +270,7 @@ struct Session {
                                        snug::MemoryCategory::temporaries};
     snug::Context<Dev> ctx{Dev{}, activations, scratch};
     Session() {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         ctx.device.blas = &blas;
 #endif
     }
@@ -412,11 +414,11 @@ bool plans_agree() {
 int main() {
     using namespace snug;
     try {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         snug::cuda::require_device();
 #endif
-        std::printf("custom_layer on %s: TinyLM (V %d, C %d, %d GatedResidual layers), B %d, T %d\n", tiny::Dev::name,
-                    tiny::config.vocab, tiny::config.channels, tiny::config.layers, tiny::B, tiny::T);
+        std::printf("custom_layer on %s%s: TinyLM (V %d, C %d, %d GatedResidual layers), B %d, T %d\n",
+                    tiny::Dev::name, snug::cuda_emulated ? " (emulated)" : "", tiny::config.vocab, tiny::config.channels, tiny::config.layers, tiny::B, tiny::T);
         bool ok = true;
         const bool agree = tiny::plans_agree<float>() && tiny::plans_agree<snug::bfloat16>() &&
                            tiny::plans_agree<snug::half>();

@@ -1,4 +1,4 @@
-// custom_layer_cuda: main.cpp built by nvcc. Under __CUDACC__ the program's
+// custom_layer_cuda: main.cpp built by nvcc. Under nvcc the program's
 // device tag is snug::Cuda, so the same TinyLM runs GatedResidual's CUDA
 // kernels and snug's CUDA kernels and cuBLASLt GEMMs. Exits 77 without a GPU.
 #include "main.cpp"

@@ -363,7 +363,7 @@ inline int run_ladder_program(const Options& o, const LadderOptions& lo, const s
     std::printf("device: %s\n", device.description.c_str());
     std::fflush(stdout);
     std::vector<Rung> rungs;
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     if (device.cuda) {
         std::size_t free_bytes = 0, total_bytes = 0;
         snug::cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));

@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
     std::printf("data: %s\n", data.description.c_str());
     if (o.eval_only) {
         std::fflush(stdout);
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         if (device.cuda) return run_evaluation<snug::Cuda>(o, data, source, tokenizer ? &*tokenizer : nullptr);
 #endif
         return run_evaluation<snug::Host>(o, data, source, tokenizer ? &*tokenizer : nullptr);
@@ -149,7 +149,7 @@ int run(int argc, char** argv) {
 
     install_stop_handler();
     RunResult r;
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     if (device.cuda)
         r = run_training<snug::Cuda>(o, data, source, device, tokenizer ? &*tokenizer : nullptr);
     else

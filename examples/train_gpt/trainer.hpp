@@ -251,7 +251,7 @@ struct DeviceInfo {
 // --device cuda|host|auto: which backend runs, and a line saying why.
 inline DeviceInfo choose_device(const std::string& wanted) {
     DeviceInfo device;
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     if (wanted == "cuda") {
         snug::cuda::require_device();
         device.cuda = true;
@@ -279,7 +279,7 @@ inline DeviceInfo choose_device(const std::string& wanted) {
 template <class Dev>
 struct Session {
     snug::MemoryTracker tracker;
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     std::optional<snug::cuda::Blas> blas;
 #endif
     snug::ActivationArena<Dev> activations;
@@ -291,7 +291,7 @@ struct Session {
           activations(tracker),
           scratch(tracker, snug::ActivationArena<Dev>::default_chunk_bytes, snug::MemoryCategory::temporaries),
           ctx{Dev{}, activations, scratch} {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         if constexpr (std::is_same_v<Dev, snug::Cuda>) {
             driver_baseline = driver_used_bytes();  // the context exists; nothing of this session yet
             blas.emplace(tracker);
@@ -302,7 +302,7 @@ struct Session {
 
     // The device memory the driver reports in use (CUDA; 0 on the host).
     static std::size_t driver_used_bytes() {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         if constexpr (std::is_same_v<Dev, snug::Cuda>) {
             snug::cuda::check(cudaFree(nullptr));  // creates the context if it does not exist yet
             std::size_t free_bytes = 0, total_bytes = 0;
@@ -324,7 +324,7 @@ struct Session {
 
     // The backend's own long-lived bytes (cuBLASLt's workspace on CUDA; none on the host).
     std::size_t backend_workspace() const {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
         if constexpr (std::is_same_v<Dev, snug::Cuda>) return blas->workspace_bytes();
 #endif
         return 0;
@@ -553,7 +553,7 @@ inline std::string describe_plan(std::span<const snug::Recompute> plan) {
 
 // cuBLASLt's workspace on the GPU (the planner counts it); none on the host.
 inline std::size_t backend_workspace_bytes([[maybe_unused]] const DeviceInfo& device) {
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
     if (device.cuda) return snug::cuda::Blas::workspace_bytes_for_current_device();
 #endif
     return 0;

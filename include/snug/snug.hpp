@@ -1,6 +1,7 @@
 // snug: the umbrella header. Everything a trainer composes: core types, the
 // host backend, the GPT model, the optimizer, the three policies and
-// TrainStep; under nvcc also the CUDA backend. File formats (snug/io/) need
+// TrainStep; under nvcc, or in the emulated CUDA backend (snug::cuda_emulated),
+// also the CUDA backend. File formats (snug/io/) need
 // nlohmann/json and are included on their own.
 #pragma once
 
@@ -14,7 +15,7 @@
 #include "snug/core/tensor.hpp"
 #include "snug/host/gemm.hpp"
 
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/blas.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"

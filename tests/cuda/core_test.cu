@@ -56,8 +56,7 @@ __global__ void widen_all_kernel(std::uint32_t* half_out,  // (65536)
 }
 
 void widen_all(std::uint32_t* half_out, std::uint32_t* bf16_out) {
-    widen_all_kernel<<<blocks_for(65536), threads_per_block>>>(half_out, bf16_out);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<widen_all_kernel>(blocks_for(65536), threads_per_block, 0, nullptr, half_out, bf16_out);
 }
 
 // Narrows floats to half and bfloat16 bits, round to nearest even.
@@ -73,8 +72,7 @@ __global__ void narrow_kernel(const float* in,            // (n)
 }
 
 void narrow(const float* in, std::uint16_t* half_out, std::uint16_t* bf16_out, std::size_t n) {
-    narrow_kernel<<<1024, threads_per_block>>>(in, half_out, bf16_out, n);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<narrow_kernel>(1024, threads_per_block, 0, nullptr, in, half_out, bf16_out, n);
 }
 
 // Elements first .. first + n - 1 of the Philox stream (seed, offset).
@@ -90,8 +88,8 @@ __global__ void philox_stream_kernel(std::uint64_t seed, std::uint64_t offset, s
 
 void philox_stream(std::uint64_t seed, std::uint64_t offset, std::uint64_t first, std::uint32_t* bits,
                    float* uniform, std::size_t n) {
-    philox_stream_kernel<<<blocks_for(n), threads_per_block>>>(seed, offset, first, bits, uniform, n);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<philox_stream_kernel>(blocks_for(n), threads_per_block, 0, nullptr, seed, offset, first, bits,
+                                             uniform, n);
 }
 
 // One Philox4x32-10 block per thread, for known-answer vectors.
@@ -105,8 +103,7 @@ __global__ void philox_blocks_kernel(const snug::Philox4* counters,  // (n)
 }
 
 void philox_blocks(const snug::Philox4* counters, const std::uint32_t* keys, snug::Philox4* out, int n) {
-    philox_blocks_kernel<<<1, threads_per_block>>>(counters, keys, out, n);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<philox_blocks_kernel>(1, threads_per_block, 0, nullptr, counters, keys, out, n);
 }
 
 // out[i] = in[i] * 2 + 1: proves device memory is readable and writable.
@@ -119,8 +116,7 @@ __global__ void affine_kernel(const float* in,  // (n)
 
 void affine(const float* in, float* out, std::size_t n, cudaStream_t stream = nullptr,
             unsigned block = threads_per_block) {
-    affine_kernel<<<blocks_for(n), block, 0, stream>>>(in, out, n);
-    snug::cuda::check_last_launch();
+    snug::cuda::launch<affine_kernel>(blocks_for(n), block, 0, stream, in, out, n);
 }
 
 // ---- host helpers ---------------------------------------------------------------
@@ -469,9 +465,12 @@ TEST_CASE("failed CUDA calls and launches become CudaError naming this file") {
     CHECK_THROWS_WITH(snug::cuda::copy_to_device(static_cast<float*>(nullptr), host.data(), host.size()),
                       Contains("core_test.cu:"));
 
-    // 4096 threads per block is more than any GPU allows: the launch fails.
+    // 4096 threads per block is more than any GPU allows: launch() refuses
+    // it before the runtime sees it, naming the kernel and the limit.
+    CHECK_THROWS_AS(affine(buffer.data(), buffer.data(), 1024, nullptr, 4096), snug::CudaError);
     CHECK_THROWS_WITH(affine(buffer.data(), buffer.data(), 1024, nullptr, 4096),
-                      Contains("core_test.cu:") && Contains("cudaErrorInvalidConfiguration"));
+                      Contains("affine_kernel") && Contains("block (4096, 1, 1)") &&
+                          Contains("block x = 4096 is more than the device's 1024"));
     // Neither error is sticky: the device still works.
     CHECK(cudaGetLastError() == cudaSuccess);
     snug::cuda::copy_to_device(buffer.data(), std::span<const float>(host));

@@ -264,7 +264,10 @@ TEST_CASE("cuda transfers: upload, download, copy and fill_zero on a stream", "[
     const auto values = random_bits_vector<snug::bfloat16>(rng, count);
     snug::Buffer<snug::bfloat16, Cuda> a(tracker, MemoryCategory::temporaries, count, "a");
     snug::Buffer<snug::bfloat16, Cuda> b(tracker, MemoryCategory::temporaries, count, "b");
+    // cudaMemset runs on the legacy stream, which a non-blocking stream does
+    // not wait for: finish it before copying into b on `stream`.
     snug::cuda::check(cudaMemset(b.data(), 0xFF, b.bytes()));
+    snug::cuda::check(cudaDeviceSynchronize());
 
     upload(dev, a.data(), values.data(), n);
     copy(dev, b.data(), a.data(), n);

@@ -2,7 +2,7 @@
 // the fp32 master weights and both moments, and refreshes the compute copy.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
 #include "snug/cuda/norms.cuh"
 
@@ -94,9 +95,8 @@ void adamw_update(const Device& dev, float* master,  // (n) fp32 master weights
         static_cast<float>(double(lr) / bias_correction1),
         static_cast<float>(std::sqrt(bias_correction2)),
     };
-    detail::adamw_kernel<T><<<detail::grid_stride_blocks(n, detail::adamw_threads), detail::adamw_threads, 0,
-                              dev.stream>>>(master, working, grad, m, v, n, k);
-    check_last_launch();
+    launch<detail::adamw_kernel<T>>(detail::grid_stride_blocks(n, detail::adamw_threads), detail::adamw_threads, 0,
+                                    dev.stream, master, working, grad, m, v, n, k);
 }
 
 // The fp32 case without a separate compute copy: adamw_update(dev, master,

@@ -20,7 +20,7 @@
 // inside the 16-bit tolerance).
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <climits>
 #include <cmath>
@@ -33,7 +33,9 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -116,8 +118,8 @@ __global__ void __launch_bounds__(attention_threads)
                              T* att,        // (B, NH, T, T)
                              const T* qkv,  // (B, T, 3C)
                              int T_, int C, int NH) {
-    extern __shared__ float smem[];
-    __shared__ float scratch[32];
+    float* smem = dynamic_shared<float>();
+    auto& scratch = block_shared<float[32]>();
     const int hs = C / NH;
     float* q = smem;
     float* p = q + hs;
@@ -167,8 +169,8 @@ __global__ void __launch_bounds__(attention_threads)
                                     const T* qkv,   // (B, T, 3C)
                                     const T* att,   // (B, NH, T, T)
                                     int T_, int C, int NH) {
-    extern __shared__ float smem[];
-    __shared__ float scratch[32];
+    float* smem = dynamic_shared<float>();
+    auto& scratch = block_shared<float[32]>();
     const int hs = C / NH;
     float* dO = smem;
     float* dp = dO + hs;
@@ -220,10 +222,17 @@ __global__ void __launch_bounds__(attention_tile * attention_key_rows)
                                   int T_, int C, int NH) {
     constexpr int tile = attention_tile;
     constexpr int per_thread = attention_tile / attention_key_rows;
-    __shared__ float ds_tile[tile][tile + 1];  // [query row][key]
-    __shared__ float p_tile[tile][tile + 1];   // [query row][key]
-    __shared__ float q_tile[tile][tile + 1];   // [query row][channel]
-    __shared__ float do_tile[tile][tile + 1];  // [query row][channel]
+    struct Tiles {
+        float ds[tile][tile + 1];  // [query row][key]
+        float p[tile][tile + 1];   // [query row][key]
+        float q[tile][tile + 1];   // [query row][channel]
+        float dO[tile][tile + 1];  // [query row][channel]
+    };
+    Tiles& shared = block_shared<Tiles>();
+    auto& ds_tile = shared.ds;
+    auto& p_tile = shared.p;
+    auto& q_tile = shared.q;
+    auto& do_tile = shared.dO;
     const int hs = C / NH;
     const int tiles = (T_ + tile - 1) / tile;
     const std::int64_t bh = blockIdx.x / tiles;
@@ -313,9 +322,8 @@ void attention_forward(const Device& dev, T* out,  // (B, T, C)
     if (rows == 0) return;
     const std::size_t shared = detail::attention_shared_bytes(
         detail::attention_forward_kernel<T>, std::int64_t{C / NH} + T_ + detail::attention_threads);
-    detail::attention_forward_kernel<T>
-        <<<static_cast<unsigned>(rows), detail::attention_threads, shared, dev.stream>>>(out, att, qkv, T_, C, NH);
-    check_last_launch();
+    launch<detail::attention_forward_kernel<T>>(static_cast<unsigned>(rows), detail::attention_threads, shared,
+                                                dev.stream, out, att, qkv, T_, C, NH);
 }
 
 // Causal self-attention, backward: dqkv (overwritten) from dout, the inputs qkv
@@ -336,15 +344,13 @@ void attention_backward(const Device& dev, T* dqkv,  // (B, T, 3C) overwritten
     const std::size_t shared =
         detail::attention_shared_bytes(detail::attention_backward_query_kernel<T>,
                                        std::int64_t{C / NH} + 2 * std::int64_t{T_} + detail::attention_threads);
-    detail::attention_backward_query_kernel<T><<<static_cast<unsigned>(rows), detail::attention_threads, shared,
-                                                 dev.stream>>>(dqkv, scratch, dout, qkv, att, T_, C, NH);
-    check_last_launch();
+    launch<detail::attention_backward_query_kernel<T>>(static_cast<unsigned>(rows), detail::attention_threads, shared,
+                                                       dev.stream, dqkv, scratch, dout, qkv, att, T_, C, NH);
     const std::int64_t key_blocks =
         std::int64_t{B} * NH * ((T_ + detail::attention_tile - 1) / detail::attention_tile);
     const dim3 block(detail::attention_tile, detail::attention_key_rows);
-    detail::attention_backward_key_kernel<T><<<static_cast<unsigned>(key_blocks), block, 0, dev.stream>>>(
-        dqkv, scratch, dout, qkv, att, T_, C, NH);
-    check_last_launch();
+    launch<detail::attention_backward_key_kernel<T>>(static_cast<unsigned>(key_blocks), block, 0, dev.stream, dqkv,
+                                                     scratch, dout, qkv, att, T_, C, NH);
 }
 
 }  // namespace snug::cuda

@@ -6,8 +6,7 @@
 // Plain C++ over the CUDA headers: no kernels here.
 #pragma once
 
-#include <cublasLt.h>
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <compare>
 #include <concepts>

@@ -5,8 +5,7 @@
 // std::source_location default argument.
 #pragma once
 
-#include <cublasLt.h>
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <source_location>
 #include <string>

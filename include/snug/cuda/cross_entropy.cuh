@@ -3,7 +3,7 @@
 // Probabilities are never stored separately.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,9 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(cross_entropy_threads)
                                  T* logits,                    // (N, Vp)
                                  const std::int32_t* targets,  // (N)
                                  std::int64_t N, int V, int Vp, float dloss) {
-    __shared__ float scratch[64];
+    auto& scratch = block_shared<float[64]>();
     for (std::int64_t row = blockIdx.x; row < N; row += gridDim.x) {
         T* x = logits + row * Vp;
         const std::int32_t target = targets[row];
@@ -134,9 +136,8 @@ void softmax_cross_entropy(const Device& dev, float* losses,  // (N)
     if (N == 0) return;
     if (V == 0) throw ShapeError(std::string(op) + ": V = 0 classes for N = " + std::to_string(N) + " rows");
     const auto blocks = static_cast<unsigned>(N < (std::int64_t{1} << 20) ? N : (std::int64_t{1} << 20));
-    detail::softmax_cross_entropy_kernel<T><<<blocks, detail::cross_entropy_threads, 0, dev.stream>>>(
-        losses, logits, targets, N, V, Vp, dloss);
-    check_last_launch();
+    launch<detail::softmax_cross_entropy_kernel<T>>(blocks, detail::cross_entropy_threads, 0, dev.stream, losses,
+                                                    logits, targets, N, V, Vp, dloss);
 }
 
 }  // namespace snug::cuda

@@ -2,7 +2,7 @@
 // allocation, the stream work runs on), and the checked host <-> device copies.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <concepts>
 #include <cstddef>

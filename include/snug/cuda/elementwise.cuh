@@ -6,7 +6,7 @@
 // inputs with 128-bit loads and stores where the pointers allow.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <algorithm>
 #include <concepts>
@@ -20,6 +20,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
+#include "snug/cuda/launch.hpp"
 
 namespace snug::cuda {
 
@@ -128,11 +129,10 @@ template <class Out, class In, class F>
 void map1(const Device& dev, Out* out, const In* in, std::int64_t n, F f) {
     constexpr int W = vec_width<Out, In>;
     if (vec_aligned<Out, W>(out) && vec_aligned<In, W>(in)) {
-        map1_kernel<W><<<map_blocks(n, W), elementwise_block, 0, dev.stream>>>(out, in, n, f);
+        launch<map1_kernel<W, Out, In, F>>(map_blocks(n, W), elementwise_block, 0, dev.stream, out, in, n, f);
     } else {
-        map1_kernel<1><<<map_blocks(n, 1), elementwise_block, 0, dev.stream>>>(out, in, n, f);
+        launch<map1_kernel<1, Out, In, F>>(map_blocks(n, 1), elementwise_block, 0, dev.stream, out, in, n, f);
     }
-    check_last_launch();
 }
 
 // Launches out = f(a, b) on dev.stream, like map1. n > 0.
@@ -140,11 +140,10 @@ template <class Out, class In, class F>
 void map2(const Device& dev, Out* out, const In* a, const In* b, std::int64_t n, F f) {
     constexpr int W = vec_width<Out, In>;
     if (vec_aligned<Out, W>(out) && vec_aligned<In, W>(a) && vec_aligned<In, W>(b)) {
-        map2_kernel<W><<<map_blocks(n, W), elementwise_block, 0, dev.stream>>>(out, a, b, n, f);
+        launch<map2_kernel<W, Out, In, F>>(map_blocks(n, W), elementwise_block, 0, dev.stream, out, a, b, n, f);
     } else {
-        map2_kernel<1><<<map_blocks(n, 1), elementwise_block, 0, dev.stream>>>(out, a, b, n, f);
+        launch<map2_kernel<1, Out, In, F>>(map_blocks(n, 1), elementwise_block, 0, dev.stream, out, a, b, n, f);
     }
-    check_last_launch();
 }
 
 struct Add {

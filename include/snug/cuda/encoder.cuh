@@ -3,7 +3,7 @@
 // the host kernel's bits exactly.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <climits>
 #include <cstdint>
@@ -14,7 +14,9 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -110,9 +112,15 @@ __global__ void __launch_bounds__(encoder_threads)
                                 const std::int32_t* tokens,  // (B, T)
                                 std::int64_t rows, int C) {
     // key = id << 32 | row: sorting the keys sorts by id, then by row.
-    __shared__ unsigned long long list[encoder_list_capacity];
-    __shared__ int warp_counts[encoder_threads / 32];
-    __shared__ int count_shared;
+    struct Lists {
+        unsigned long long list[encoder_list_capacity];
+        int warp_counts[encoder_threads / 32];
+        int count;
+    };
+    Lists& lists = block_shared<Lists>();
+    auto& list = lists.list;
+    auto& warp_counts = lists.warp_counts;
+    int& count_shared = lists.count;
     const int part = static_cast<int>(blockIdx.x);
     const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int count = 0;  // the list's length, the same in every thread
@@ -200,9 +208,8 @@ void encoder_forward(const Device& dev, T* out,   // (B, T, C)
     detail::check_encoder("encoder_forward", B, T_, C);
     const std::int64_t n = std::int64_t{B} * T_ * C;
     if (n == 0) return;
-    detail::encoder_forward_kernel<T><<<detail::grid_stride_blocks(n, 256), 256, 0, dev.stream>>>(out, tokens, wte,
-                                                                                                  wpe, n, T_, C);
-    check_last_launch();
+    launch<detail::encoder_forward_kernel<T>>(detail::grid_stride_blocks(n, 256), 256, 0, dev.stream, out, tokens, wte,
+                                              wpe, n, T_, C);
 }
 
 // dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], in
@@ -220,13 +227,11 @@ void encoder_backward(const Device& dev, float* dwte,  // (Vp, C) +=
     detail::check_encoder("encoder_backward", B, T_, C);
     const std::int64_t rows = std::int64_t{B} * T_;
     if (rows == 0 || C == 0) return;
-    detail::encoder_backward_wte_kernel<T>
-        <<<detail::encoder_partitions, detail::encoder_threads, 0, dev.stream>>>(dwte, dout, tokens, rows, C);
-    check_last_launch();
+    launch<detail::encoder_backward_wte_kernel<T>>(detail::encoder_partitions, detail::encoder_threads, 0, dev.stream,
+                                                   dwte, dout, tokens, rows, C);
     const std::int64_t n = std::int64_t{T_} * C;
-    detail::encoder_backward_wpe_kernel<T><<<detail::grid_stride_blocks(n, 256), 256, 0, dev.stream>>>(dwpe, dout, B,
-                                                                                                      T_, C);
-    check_last_launch();
+    launch<detail::encoder_backward_wpe_kernel<T>>(detail::grid_stride_blocks(n, 256), 256, 0, dev.stream, dwpe, dout, B,
+                                                   T_, C);
 }
 
 }  // namespace snug::cuda

@@ -3,7 +3,7 @@
 // fp32 statistics and a deterministic backward.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,9 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -116,8 +118,13 @@ __global__ void __launch_bounds__(32 * layernorm_row_lanes)
                                      const float* mean,  // (N)
                                      const float* rstd,  // (N)
                                      std::int64_t N, int C) {
-    __shared__ float part_w[layernorm_row_lanes][32];
-    __shared__ float part_b[layernorm_row_lanes][32];
+    struct Parts {
+        float w[layernorm_row_lanes][32];
+        float b[layernorm_row_lanes][32];
+    };
+    Parts& parts = block_shared<Parts>();
+    auto& part_w = parts.w;
+    auto& part_b = parts.b;
     const int lane = static_cast<int>(threadIdx.x);
     const int row_lane = static_cast<int>(threadIdx.y);
     const int c = static_cast<int>(blockIdx.x) * 32 + lane;
@@ -169,9 +176,8 @@ void layernorm_forward(const Device& dev, T* out,  // (N, C)
                        std::int64_t N, int C) {
     detail::check_layernorm("layernorm_forward", N, C);
     if (N == 0) return;
-    detail::layernorm_forward_kernel<T><<<detail::layernorm_row_blocks(N), detail::layernorm_rows_per_block * 32, 0,
-                                          dev.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-    check_last_launch();
+    launch<detail::layernorm_forward_kernel<T>>(detail::layernorm_row_blocks(N), detail::layernorm_rows_per_block * 32,
+                                                0, dev.stream, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 // With xhat = (inp - mean) * rstd and g = weight * dout, per row:
@@ -192,14 +198,12 @@ void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         std::int64_t N, int C) {
     detail::check_layernorm("layernorm_backward", N, C);
     if (N == 0) return;
-    detail::layernorm_backward_input_kernel<T><<<detail::layernorm_row_blocks(N),
-                                                 detail::layernorm_rows_per_block * 32, 0, dev.stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
-    check_last_launch();
+    launch<detail::layernorm_backward_input_kernel<T>>(detail::layernorm_row_blocks(N),
+                                                       detail::layernorm_rows_per_block * 32, 0, dev.stream, dinp,
+                                                       dout, inp, weight, mean, rstd, N, C);
     const dim3 block(32, detail::layernorm_row_lanes);
-    detail::layernorm_backward_params_kernel<T>
-        <<<static_cast<unsigned>((C + 31) / 32), block, 0, dev.stream>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
-    check_last_launch();
+    launch<detail::layernorm_backward_params_kernel<T>>(static_cast<unsigned>((C + 31) / 32), block, 0, dev.stream,
+                                                        dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 }  // namespace snug::cuda

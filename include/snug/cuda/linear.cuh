@@ -6,7 +6,7 @@
 // snug/host/linear.hpp.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -19,6 +19,8 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"
+#include "snug/cuda/launch.hpp"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(bias_grad_cols * bias_grad_lanes)
                              float* partial,   // (gridDim.y, OC) otherwise
                              const T* dout,    // (N, OC)
                              std::int64_t N, int OC) {
-    __shared__ float lane_sums[bias_grad_lanes][bias_grad_cols];
+    auto& lane_sums = block_shared<float[bias_grad_lanes][bias_grad_cols]>();
     const int col = static_cast<int>(blockIdx.x) * bias_grad_cols + static_cast<int>(threadIdx.x);
     const std::int64_t chunks = gridDim.y;
     const std::int64_t begin = N * blockIdx.y / chunks;
@@ -96,20 +98,17 @@ void bias_grad_accumulate(const Device& dev, Blas& blas, float* dbias, const T* 
     auto* partial = static_cast<float*>(blas.workspace());
     const dim3 grid(static_cast<unsigned>((OC + bias_grad_cols - 1) / bias_grad_cols), static_cast<unsigned>(chunks));
     const dim3 block(bias_grad_cols, bias_grad_lanes);
-    bias_grad_partial_kernel<<<grid, block, 0, dev.stream>>>(dbias, partial, dout, N, OC);
-    check_last_launch();
+    launch<bias_grad_partial_kernel<T>>(grid, block, 0, dev.stream, dbias, partial, dout, N, OC);
     if (chunks > 1) {
-        bias_grad_finish_kernel<<<static_cast<unsigned>((OC + 255) / 256), 256, 0, dev.stream>>>(dbias, partial,
-                                                                                                 chunks, OC);
-        check_last_launch();
+        launch<bias_grad_finish_kernel<float>>(static_cast<unsigned>((OC + 255) / 256), 256, 0, dev.stream, dbias,
+                                               partial, chunks, OC);
     }
 }
 
 // out (N, OC) <- bias broadcast over the rows, on dev.stream; N, OC > 0.
 template <class T>
 void broadcast_rows(const Device& dev, T* out, const T* bias, std::int64_t N, int OC) {
-    broadcast_rows_kernel<<<map_blocks(N * OC, 1), elementwise_block, 0, dev.stream>>>(out, bias, N, OC);
-    check_last_launch();
+    launch<broadcast_rows_kernel<T>>(map_blocks(N * OC, 1), elementwise_block, 0, dev.stream, out, bias, N, OC);
 }
 
 inline Blas& require_blas(const Device& dev, const char* op) {

@@ -3,7 +3,7 @@
 // workspaces, allocation rounding, activation-arena chunks not yet used).
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cstddef>
 #include <source_location>

@@ -5,7 +5,7 @@
 // (scale_inplace, the other half of clipping, is in elementwise.cuh.)
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -15,6 +15,8 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // check_sizes
+#include "snug/cuda/launch.hpp"
+#include "snug/cuda/shared_memory.hpp"
 
 namespace snug::cuda {
 
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(norm_threads)
     sum_squares_partial_kernel(double* partial,  // (gridDim.x)
                                const F* x,       // (n)
                                std::int64_t n) {
-    __shared__ double scratch[warp_size];
+    auto& scratch = block_shared<double[warp_size]>();
     double acc = 0.0;
     const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
     for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(norm_threads)
     sum_squares_final_kernel(F* out,                 // (1)
                              const double* partial,  // (count)
                              int count) {
-    __shared__ double scratch[warp_size];
+    auto& scratch = block_shared<double[warp_size]>();
     double acc = 0.0;
     for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) acc += partial[i];
     acc = block_sum(acc, scratch);
@@ -142,14 +144,14 @@ inline void sum_squares(const Device& dev, float* out,  // scalar, device memory
     double* partial = nullptr;
     check(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(double) * static_cast<std::size_t>(blocks),
                           dev.stream));
-    detail::sum_squares_partial_kernel<float><<<blocks, detail::norm_threads, 0, dev.stream>>>(partial, grad, n);
-    const cudaError_t launched = cudaGetLastError();
-    if (launched == cudaSuccess) {
-        detail::sum_squares_final_kernel<float><<<1, detail::norm_threads, 0, dev.stream>>>(out, partial, blocks);
+    try {
+        launch<detail::sum_squares_partial_kernel<float>>(blocks, detail::norm_threads, 0, dev.stream, partial, grad, n);
+        launch<detail::sum_squares_final_kernel<float>>(1, detail::norm_threads, 0, dev.stream, out, partial, blocks);
+    } catch (...) {
+        (void)cudaFreeAsync(partial, dev.stream);
+        throw;
     }
-    const cudaError_t finished = launched == cudaSuccess ? cudaGetLastError() : launched;
     check(cudaFreeAsync(partial, dev.stream));
-    check(finished);
 }
 
 }  // namespace snug::cuda

@@ -4,7 +4,7 @@
 // backends.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -3,12 +3,13 @@
 // the same values as snug/host/unscale.hpp.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include "snug/cuda/runtime.hpp"
 
 #include <cstdint>
 
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
+#include "snug/cuda/launch.hpp"
 #include "snug/cuda/elementwise.cuh"  // check_sizes, Vec, vec_aligned, map_blocks
 
 namespace snug::cuda {
@@ -68,13 +69,12 @@ inline void unscale_and_check(const Device& dev, float* grads,  // (n) multiplie
     if (n == 0) return;
     constexpr int W = detail::vec_width<float>;
     if (detail::vec_aligned<float, W>(grads)) {
-        detail::unscale_and_check_kernel<W>
-            <<<detail::map_blocks(n, W), detail::elementwise_block, 0, dev.stream>>>(grads, n, inv_scale, found_inf);
+        launch<detail::unscale_and_check_kernel<W>>(detail::map_blocks(n, W), detail::elementwise_block, 0, dev.stream,
+                                                    grads, n, inv_scale, found_inf);
     } else {
-        detail::unscale_and_check_kernel<1>
-            <<<detail::map_blocks(n, 1), detail::elementwise_block, 0, dev.stream>>>(grads, n, inv_scale, found_inf);
+        launch<detail::unscale_and_check_kernel<1>>(detail::map_blocks(n, 1), detail::elementwise_block, 0, dev.stream,
+                                                    grads, n, inv_scale, found_inf);
     }
-    check_last_launch();
 }
 
 }  // namespace snug::cuda

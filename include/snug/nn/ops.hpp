@@ -1,5 +1,6 @@
 // The kernels layers call, for every backend this translation unit can use:
-// the host backend always, the CUDA backend under nvcc. Layer code calls them
+// the host backend always, the CUDA backend under nvcc or emulated
+// (SNUG_CUDA_BACKEND). Layer code calls them
 // unqualified with the device tag first; argument-dependent lookup picks the
 // backend from the tag's namespace.
 #pragma once
@@ -16,7 +17,7 @@
 #include "snug/host/transfer.hpp"
 #include "snug/host/unscale.hpp"
 
-#if defined(__CUDACC__)
+#if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/adamw.cuh"
 #include "snug/cuda/attention.cuh"
 #include "snug/cuda/cross_entropy.cuh"
