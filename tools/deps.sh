@@ -4,7 +4,11 @@
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake ninja-build g++ catch2 libfmt-dev libopenblas-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev; do
+# clang-19 and its runtimes: the sanitizer build with the emulated backend's
+# shared-memory checker (Clang's load/store instrumentation; Clang 14 cannot
+# compile snug's std::source_location).
+for pkg in cmake ninja-build g++ catch2 libfmt-dev libopenblas-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev \
+           clang-19 libclang-rt-19-dev; do
   have "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

@@ -48,20 +48,15 @@ inline void snug::cuda::emulated::detail::note_atomic(const void*, std::size_t, 
 
 namespace snug::cuda::emulated::detail {
 
-// Set while the checker runs, so that its own loads and stores (instrumented
-// too) do not come back to it.
-inline thread_local bool in_checker = false;
-
 SNUG_EMULATED_UNTRACED inline void on_access(const void* p, std::size_t n, bool write, bool atomic,
                                              const void* pc) {
-    if (in_checker) return;
+    if (in_emulator) return;  // the emulator's own work, the checker's included
     Worker* w = tls_worker;
     if (w == nullptr) return;
     Thread* t = w->current();
     if (t == nullptr) return;
-    in_checker = true;
+    const EmulatorScope scope;
     w->block.note_shared_access(*t, p, n, write, atomic, pc);
-    in_checker = false;
 }
 
 inline void note_atomic(const void* p, std::size_t n, const void* pc) { on_access(p, n, true, true, pc); }

@@ -240,6 +240,23 @@ class Worker;
 // Thrown inside a fiber by Block::fail; caught where the fiber runs the kernel.
 struct KernelFault {};
 
+// True while the emulator works on a thread's behalf (its bookkeeping, or
+// the shared-memory checker itself): the checker ignores the loads and
+// stores made meanwhile.
+inline thread_local bool in_emulator = false;
+
+// Sets in_emulator for a scope (nests).
+class EmulatorScope {
+public:
+    EmulatorScope() : was_(in_emulator) { in_emulator = true; }
+    ~EmulatorScope() { in_emulator = was_; }
+    EmulatorScope(const EmulatorScope&) = delete;
+    EmulatorScope& operator=(const EmulatorScope&) = delete;
+
+private:
+    bool was_;
+};
+
 // One block in flight on a worker.
 class Block {
 public:
@@ -365,13 +382,18 @@ public:
             from.wait = Wait::running;
             return;
         }
+        // in_emulator belongs to the running thread: each fiber keeps its own
+        // across a switch (a fresh one starts without).
+        const bool was_in_emulator = in_emulator;
+        in_emulator = false;
         Context& here = *slots_[from.linear]->fiber;
         if (next == nullptr) {
             Context::switch_to(here, home_);
-            return;
+        } else {
+            enter(*next);
+            Context::switch_to(here, *slots_[next->linear]->fiber);
         }
-        enter(*next);
-        Context::switch_to(here, *slots_[next->linear]->fiber);
+        in_emulator = was_in_emulator;
     }
 
 private:
@@ -431,6 +453,7 @@ private:
 
 inline thread_local Worker* tls_worker = nullptr;
 
+
 inline Worker& this_worker() {
     thread_local Worker worker;
     tls_worker = &worker;
@@ -482,6 +505,7 @@ inline void Block::complete_barrier() {
 }
 
 inline int Block::barrier(Thread& t, BarrierKind kind, int predicate, const std::source_location& site) {
+    const EmulatorScope scope;
     if (barrier_arrived > 0 && (kind != barrier_kind || !same_site(site, barrier_site))) {
         const Thread* first = nullptr;
         for (const Thread& w : threads)
@@ -506,6 +530,7 @@ inline int Block::barrier(Thread& t, BarrierKind kind, int predicate, const std:
 }
 
 inline std::uint64_t Block::collective(Thread& t, const CollectiveCall& call, const std::source_location& site) {
+    const EmulatorScope scope;
     const unsigned bit = 1U << t.lane;
     if ((call.mask & bit) == 0)
         fail(t, std::string(call.name) + " at " + str(site) + " with mask " + hex(call.mask) +
@@ -554,6 +579,7 @@ inline std::uint64_t Block::collective(Thread& t, const CollectiveCall& call, co
 }
 
 inline void Block::exit(Thread& t) {
+    const EmulatorScope scope;
     t.wait = Wait::exited;
     --live;
     Warp& w = warps[t.warp];
@@ -571,6 +597,7 @@ inline void Block::exit(Thread& t) {
 
 SNUG_EMULATED_UNTRACED inline void* Block::static_shared(Thread& t, const void* key, std::size_t bytes, std::size_t align,
                                   std::string_view type_view, const std::source_location& site) {
+    const EmulatorScope scope;
     for (SharedAllocation& a : shared) {
         if (a.key != key) continue;
         // The same S from two places of one kernel: one object on the device.
@@ -608,8 +635,14 @@ inline void* Block::dynamic_shared(Thread& t) {
 inline std::string describe_pc(const void* pc) {
     char buf[512] = {};
 #if defined(SNUG_EMULATED_ASAN)
-    __sanitizer_symbolize_pc(const_cast<void*>(pc), "%s:%l in %f", buf, sizeof buf);
-    if (buf[0] != '\0') return buf;
+    char function[512] = {};
+    __sanitizer_symbolize_pc(const_cast<void*>(pc), "%s:%l", buf, sizeof buf);
+    __sanitizer_symbolize_pc(const_cast<void*>(pc), "%f", function, sizeof function);
+    if (buf[0] != '\0' && buf[0] != '<') {
+        std::string where = buf;
+        if (const auto slash = where.find_last_of('/'); slash != std::string::npos) where.erase(0, slash + 1);
+        return where + " (" + function + ")";
+    }
 #endif
     std::snprintf(buf, sizeof buf, "pc %p", pc);
     return buf;
