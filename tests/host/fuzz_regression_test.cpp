@@ -1,0 +1,101 @@
+// The fuzzers' findings, replayed on every test run: each input under
+// tests/data/fuzz_regressions/<target>/ goes through the same target code the
+// fuzzer ran (tests/fuzz/targets.hpp) and must be refused with snug::Error
+// (of the listed kind) whose message names the file and holds the listed
+// words; any other exception, a crash, or a clean load fails. Every committed
+// input needs an entry below and every entry its input, so a new finding
+// comes with what its message must say.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "fuzz/targets.hpp"
+#include "snug/io/file.hpp"
+#include "support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Finding {
+    const char* target;
+    const char* input;                // file name under fuzz_regressions/<target>/
+    std::vector<const char*> words;   // what the error message must contain
+    const char* problem;              // what was wrong before the fix (for the reader of this list)
+};
+
+const std::vector<Finding>& findings() {
+    static const std::vector<Finding> list = {
+        // ---- tokenizer (data/tokenizer.hpp) ----
+        {"tokenizer", "vocab_size_beyond_the_file", {"tokenizer.bin", "vocabulary of 16777216", "needs at least"},
+         "found by fuzz_tokenizer: a 1 KiB file whose header promised 2^24 tokens reserved 128 MiB of offsets "
+         "before reading any token"},
+    };
+    return list;
+}
+
+const fs::path root = fs::path(SNUG_TEST_DATA_DIR) / "fuzz_regressions";
+
+std::vector<fs::path> committed_inputs() {
+    std::vector<fs::path> out;
+    if (!fs::exists(root)) return out;
+    for (const auto& e : fs::recursive_directory_iterator(root))
+        if (e.is_regular_file()) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("every committed fuzz finding is refused with snug::Error naming the file and the problem") {
+    const std::vector<fs::path> inputs = committed_inputs();
+    for (const fs::path& path : inputs) {
+        const std::string target = path.parent_path().filename().string();
+        const std::string input = path.filename().string();
+        DYNAMIC_SECTION(target << "/" << input) {
+            const auto* t = snug::fuzz::find_target(target);
+            INFO("fuzz_regressions/" << target << " is not a fuzz target's name");
+            REQUIRE(t != nullptr);
+            const auto f = std::find_if(findings().begin(), findings().end(), [&](const Finding& x) {
+                return target == x.target && input == x.input;
+            });
+            INFO("fuzz_regressions/" << target << "/" << input << " has no entry in findings()");
+            REQUIRE(f != findings().end());
+            INFO(f->problem);
+
+            snug::test::TempDir dir("snug-fuzz-regression-");
+            const snug::fuzz::Scratch scratch(dir.path);
+            const std::vector<unsigned char> bytes = snug::io::read_file(path);
+            std::string message;
+            bool threw_snug_error = false;
+            try {
+                t->run(snug::fuzz::Bytes(bytes.data(), bytes.size()), scratch);
+            } catch (const snug::Error& e) {
+                threw_snug_error = true;
+                message = e.what();
+                CHECK_NOTHROW(snug::fuzz::check_error(e, dir.path));
+            } catch (const std::exception& e) {
+                FAIL("an exception that is not snug::Error: " << typeid(e).name() << ": " << e.what());
+            }
+            INFO("message: " << message);
+            REQUIRE(threw_snug_error);
+            for (const char* w : f->words) CHECK_THAT(message, Catch::Contains(w));
+        }
+    }
+}
+
+TEST_CASE("every fuzz finding listed has its committed input") {
+    std::set<std::string> have;
+    for (const fs::path& p : committed_inputs())
+        have.insert(p.parent_path().filename().string() + "/" + p.filename().string());
+    for (const Finding& f : findings()) {
+        const std::string key = std::string(f.target) + "/" + f.input;
+        INFO(key);
+        CHECK(have.count(key) == 1);
+    }
+}
