@@ -35,6 +35,27 @@ const std::vector<Finding>& findings() {
         {"tokenizer", "vocab_size_beyond_the_file", {"tokenizer.bin", "vocabulary of 16777216", "needs at least"},
          "found by fuzz_tokenizer: a 1 KiB file whose header promised 2^24 tokens reserved 128 MiB of offsets "
          "before reading any token"},
+        // ---- safetensors (io/safetensors.hpp) ----
+        {"safetensors", "dimension_1e300", {"tensor 'empty'", "dimension 1e+300", "not an integer >= 0"},
+         "found by fuzz_safetensors: a shape of floats went through get<vector<int64>>, whose conversion of 1e300 "
+         "is undefined behaviour"},
+        {"safetensors", "data_offsets_minus_1e300", {"tensor 'bf32'", "data_offsets end -1e+300"},
+         "found by fuzz_safetensors: data_offsets of floats, the same undefined conversion to uint64"},
+        {"safetensors", "element_count_overflows", {"tensor 'empty'", "(9223372036854775807, 3)", "64-bit count"},
+         "found by fuzz_safetensors: the element count of a huge shape overflowed int64 (undefined behaviour)"},
+        {"safetensors", "dimension_int64_min", {"tensor 'bf16'", "dimension -9223372036854775808"},
+         "found by fuzz_safetensors: a negative dimension times the element size overflowed int64"},
+        {"safetensors", "byte_count_wraps_to_zero", {"tensor 't'", "(2305843009213693952)", "64-bit count"},
+         "by reading the code: an F64 shape of 2^61 elements has 2^64 bytes, which wrapped to 0 and matched an "
+         "empty byte range; values() then asked for 2^61 floats (std::length_error escaped)"},
+        {"safetensors", "negative_shape", {"tensor 't'", "dimension -1"},
+         "by reading the code: shape (-1, -1) has 'numel' 1 and loaded with 4 bytes"},
+        {"safetensors", "fractional_dimension", {"tensor 't'", "dimension 1.5"},
+         "by reading the code: shape [1.5] was read as [1] and loaded"},
+        {"safetensors", "overlapping_tensors", {"tensors 'a'", "'b'", "overlap"},
+         "by reading the code: two tensors on the same bytes loaded (the format forbids it)"},
+        {"safetensors", "metadata_not_an_object", {"__metadata__", "not an object of strings"},
+         "by reading the code: __metadata__ that is not an object of strings was silently dropped"},
     };
     return list;
 }
