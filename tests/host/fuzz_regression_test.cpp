@@ -56,6 +56,24 @@ const std::vector<Finding>& findings() {
          "by reading the code: two tensors on the same bytes loaded (the format forbids it)"},
         {"safetensors", "metadata_not_an_object", {"__metadata__", "not an object of strings"},
          "by reading the code: __metadata__ that is not an object of strings was silently dropped"},
+        // ---- Hugging Face directory (io/hf_export.hpp: import_hf_gpt2) ----
+        {"hf_import", "n_embd_2pow31", {"config.json", "'n_embd' is 2147483648", "[1, 2147483647]"},
+         "found by fuzz_hf_import: get<int> wrapped n_embd 2^31 to -2^31, and 4 * n_embd (n_inner) overflowed int"},
+        {"hf_import", "layout_overflows", {"n_embd 2147483647", "parameters", "holds only 348 values"},
+         "found by fuzz_hf_import: n_embd 2^31 - 1 overflowed int64 in the parameter layout (12 C^2)"},
+        {"hf_import", "vocab_size_int_max", {"vocab_size 2147483647", "holds only 348 values"},
+         "found by fuzz_hf_import: GPTConfig::pad_vocab(2^31 - 1) overflowed int"},
+        {"hf_import", "weights_dimension_minus_1e300", {"model.safetensors", "dimension -1e+300"},
+         "found by fuzz_hf_import: the safetensors float-shape conversion, reached through a directory"},
+        {"hf_import", "n_layer_1e8", {"n_layer 100000000", "holds only 300 values", "do not match"},
+         "by reading the code: a config.json with n_layer 1e8 built 1.2e9 tensor names and asked for 2.4e10 "
+         "floats before looking at the weights file"},
+        {"hf_import", "padded_vocab_2e9", {"padded_vocab_size '2000000000'", "[8, 136]"},
+         "by reading the code: metadata padded_vocab_size 2e9 allocated 2e9 padded wte rows (32 GB)"},
+        {"hf_import", "padded_vocab_negative", {"padded_vocab_size '-5'"},
+         "by reading the code: a negative padded_vocab_size in the metadata was silently ignored"},
+        {"hf_import", "n_embd_beyond_int32", {"'n_embd' is 4294967300"},
+         "by reading the code: n_embd 2^32 + 4 wrapped to 4 and the model loaded as if the file said 4"},
     };
     return list;
 }
