@@ -126,7 +126,8 @@ public:
                 continue;
             }
             auto fail = [&](const std::string& what) { detail::safetensors_fail(path_, name, what); };
-            if (!entry.is_object()) fail("has a malformed entry: " + std::string(entry.type_name()) + ", not an object");
+            if (!entry.is_object())
+                fail("has a malformed entry: " + std::string(entry.type_name()) + ", not an object");
             auto field = [&](const char* key) -> const nlohmann::json& {
                 const auto it = entry.find(key);
                 if (it == entry.end()) detail::safetensors_fail(path_, name, std::string("has no '") + key + "'");
@@ -137,7 +138,8 @@ public:
                 if (v.is_number_unsigned()) return v.get<std::uint64_t>();
                 if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
                     return static_cast<std::uint64_t>(v.get<std::int64_t>());
-                detail::safetensors_fail(path_, name, "has " + what + " " + detail::json_excerpt(v) + ", not an integer >= 0");
+                detail::safetensors_fail(path_, name,
+                                         "has " + what + " " + detail::json_excerpt(v) + ", not an integer >= 0");
             };
             SafeTensor t;
             const nlohmann::json& dtype = field("dtype");
@@ -145,8 +147,8 @@ public:
             t.dtype = detail::safetensors_dtype(dtype.get<std::string>(), path_, name);
             const nlohmann::json& shape = field("shape");
             if (!shape.is_array()) fail("has shape " + detail::json_excerpt(shape) + ", not an array");
-            // The element count, checked against overflow: every dimension is
-            // at most the data's size (or the product is 0).
+            // The element count and byte count, computed without overflow: a
+            // product past 2^64 is an error unless a dimension is 0.
             std::uint64_t numel = 1;
             bool overflow = false, empty = false;
             for (const nlohmann::json& d : shape) {
