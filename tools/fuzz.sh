@@ -45,9 +45,15 @@ rm -rf "$build/seeds"
 "$build/tests/fuzz/make_seeds" "$build/seeds"
 echo "== built and seeded in $(( $(date +%s) - start )) s"
 
-# Stack traces with UBSan's reports; scratch files on a RAM disk when there is one.
+# Stack traces with UBSan's reports; scratch files in a directory of their
+# own (on a RAM disk when there is one), removed at the end even when a target
+# crashed and left its files behind.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
+scratch_parent=${TMPDIR:-/tmp}
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then scratch_parent=/dev/shm; fi
+TMPDIR=$(mktemp -d "$scratch_parent/snug-fuzz.XXXXXX")
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 dict_of() {
   case $1 in
