@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what snug's build needs from Debian's packages, if it is missing.
 # Run as root on a fresh machine (CI does); elsewhere it only checks.
+# clang-19 and its runtime (libFuzzer, sanitizers) build the fuzz targets
+# (tools/fuzz.sh); clang 14 cannot compile snug (std::source_location).
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-# clang-19 and its runtimes: the sanitizer build with the emulated backend's
-# shared-memory checker (Clang's load/store instrumentation; Clang 14 cannot
-# compile snug's std::source_location).
+# clang-19 and its runtimes: libFuzzer for tools/fuzz.sh, and the emulated
+# backend's shared-memory checker (Clang's load/store instrumentation; Clang 14
+# cannot compile snug's std::source_location).
 for pkg in cmake ninja-build g++ catch2 libfmt-dev libopenblas-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev \
            clang-19 libclang-rt-19-dev; do
   have "$pkg" || need+=("$pkg")

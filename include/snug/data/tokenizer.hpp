@@ -26,8 +26,9 @@ inline constexpr std::uint32_t tokenizer_file_magic = 20240328;
 class Tokenizer {
 public:
     // Reads and checks the whole file; FileError names the file and the
-    // problem (missing, short header, magic, version, a token running past the
-    // end, an empty token, trailing bytes).
+    // problem (missing, short header, magic, version, a vocabulary size the
+    // file is too short to hold, a token running past the end, an empty token,
+    // trailing bytes).
     explicit Tokenizer(const std::filesystem::path& path) {
         const std::string name = path.string();
         if (!std::filesystem::exists(path)) throw FileError(name + ": tokenizer file does not exist");
@@ -48,6 +49,12 @@ public:
                             " (expected 1 or 2)");
         if (header[2] == 0 || header[2] > (1u << 24))
             throw FileError(name + ": implausible vocabulary size " + std::to_string(header[2]));
+        // Each token takes at least 2 bytes (its length and one byte): a
+        // vocabulary the file cannot hold is refused before anything is sized by it.
+        if (header[2] > (bytes.size() - header_bytes) / 2)
+            throw FileError(name + ": truncated or corrupt header: a vocabulary of " + std::to_string(header[2]) +
+                            " tokens needs at least " + std::to_string(2 * std::uint64_t{header[2]}) +
+                            " bytes after the header, the file has " + std::to_string(bytes.size() - header_bytes));
         vocab_size_ = static_cast<int>(header[2]);
         if (version == 2) {
             if (header[3] >= header[2])

@@ -15,8 +15,11 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -157,9 +160,11 @@ inline void export_hf_gpt2(const std::filesystem::path& dir, const GPTConfig& co
 // skipped, and lm_head.weight only when it equals wte (tied). The padded
 // vocabulary is the file's padded_vocab_size metadata when present, else
 // `padded_vocab` when positive, else GPTConfig::pad_vocab(V). FileError names
-// the file and the problem: a missing or malformed file, a config snug's GPT
-// does not compute (activation, eps, n_inner, untied head), a missing,
-// unknown or misshapen tensor.
+// the file and the problem: a missing or malformed file, a dimension that is
+// not an integer in [1, 2^31 - 1], a config snug's GPT does not compute
+// (activation, eps, n_inner, untied head), a shape with more parameters than
+// the weights file holds (checked before anything is allocated), padding
+// beyond max(V, 128) rows, a missing, unknown or misshapen tensor.
 inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab = 0) {
     const std::string config_name = (dir / hf_config_file).string();
     const std::vector<unsigned char> text = read_file(dir / hf_config_file);
@@ -171,12 +176,22 @@ inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab
     }
     if (!j.is_object()) throw FileError(config_name + ": not a JSON object");
     auto fail = [&](const std::string& what) { throw FileError(config_name + ": " + what); };
+    // A dimension: an integer in [1, 2^31 - 1] (snug's GPTConfig holds int).
     auto get_int = [&](const char* key) {
-        if (!j.contains(key) || !j[key].is_number_integer()) fail(std::string("missing integer field '") + key + "'");
-        return j[key].get<int>();
+        const auto it = j.find(key);
+        if (it == j.end()) fail(std::string("missing integer field '") + key + "'");
+        if (!it->is_number_integer())
+            fail(std::string("field '") + key + "' is " + detail::json_excerpt(*it) + ", not an integer");
+        const bool in_range = it->is_number_unsigned()
+                                  ? it->get<std::uint64_t>() >= 1 && it->get<std::uint64_t>() <= INT_MAX
+                                  : it->get<std::int64_t>() >= 1 && it->get<std::int64_t>() <= INT_MAX;
+        if (!in_range)
+            fail(std::string("field '") + key + "' is " + detail::json_excerpt(*it) + ", not an integer in [1, " +
+                 std::to_string(INT_MAX) + "]");
+        return static_cast<int>(it->get<std::int64_t>());
     };
     if (j.contains("model_type") && j["model_type"] != "gpt2")
-        fail("model_type is " + j["model_type"].dump() + ", expected \"gpt2\"");
+        fail("model_type is " + detail::json_excerpt(j["model_type"]) + ", expected \"gpt2\"");
     HFModel m;
     GPTConfig& c = m.config;
     c.vocab_size = get_int("vocab_size");
@@ -184,15 +199,17 @@ inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab
     c.channels = get_int("n_embd");
     c.n_layer = get_int("n_layer");
     c.n_head = get_int("n_head");
-    if (j.contains("n_inner") && !j["n_inner"].is_null() && j["n_inner"] != 4 * c.channels)
-        fail("n_inner is " + j["n_inner"].dump() + "; snug's MLP has 4 n_embd = " + std::to_string(4 * c.channels));
+    const std::int64_t inner = 4 * std::int64_t{c.channels};
+    if (j.contains("n_inner") && !j["n_inner"].is_null() && j["n_inner"] != inner)
+        fail("n_inner is " + detail::json_excerpt(j["n_inner"]) + "; snug's MLP has 4 n_embd = " +
+             std::to_string(inner));
     if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
         j["activation_function"] != "gelu_pytorch_tanh")
-        fail("activation_function is " + j["activation_function"].dump() +
+        fail("activation_function is " + detail::json_excerpt(j["activation_function"]) +
              "; snug's GELU is the tanh approximation (\"gelu_new\")");
     if (j.contains("layer_norm_epsilon") &&
         (!j["layer_norm_epsilon"].is_number() || std::abs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
-        fail("layer_norm_epsilon is " + j["layer_norm_epsilon"].dump() + "; snug's LayerNorm uses 1e-5");
+        fail("layer_norm_epsilon is " + detail::json_excerpt(j["layer_norm_epsilon"]) + "; snug's LayerNorm uses 1e-5");
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == false)
         fail("tie_word_embeddings is false; snug's output head is tied to wte");
     if (j.contains("scale_attn_weights") && j["scale_attn_weights"] == false)
@@ -202,12 +219,36 @@ inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab
 
     const std::string weights_name = (dir / hf_weights_file).string();
     const SafetensorsFile file(dir / hf_weights_file);
-    if (auto it = file.metadata().find("padded_vocab_size"); it != file.metadata().end()) {
-        try {
-            padded_vocab = std::stoi(it->second);
-        } catch (const std::exception&) {
-            throw FileError(weights_name + ": metadata padded_vocab_size '" + it->second + "' is not an integer");
+    // The shape must be the weights file's before anything is sized by it: a
+    // config.json of a few bytes could otherwise ask for any amount of memory.
+    {
+        double have = 0.0;
+        for (const auto& [name, t] : file.tensors()) have += static_cast<double>(t.numel());
+        const double C = c.channels;
+        const double want = (static_cast<double>(c.vocab_size) + c.max_seq_len + 2.0) * C +
+                            static_cast<double>(c.n_layer) * (12.0 * C * C + 13.0 * C);
+        if (want > have) {
+            char count[32];
+            std::snprintf(count, sizeof count, want < 1e18 ? "%.0f" : "%.3g", want);
+            fail("the GPT-2 shape it describes (n_layer " + std::to_string(c.n_layer) + ", n_embd " +
+                 std::to_string(c.channels) + ", vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
+                 std::to_string(c.max_seq_len) + ") has " + count + " parameters, but " + weights_name +
+                 " holds only " + std::to_string(static_cast<std::uint64_t>(have)) +
+                 " values: the config and the weights do not match");
         }
+    }
+    if (auto it = file.metadata().find("padded_vocab_size"); it != file.metadata().end()) {
+        // The padded rows are not in the file but are allocated: at most
+        // max(V, 128) of them (snug and llm.c pad to the next multiple of 128).
+        const std::string& text_value = it->second;
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(text_value.data(), text_value.data() + text_value.size(), v);
+        const long long vocab = c.vocab_size, most = std::min<long long>(vocab + std::max(vocab, 128LL), INT_MAX);
+        if (ec != std::errc() || end != text_value.data() + text_value.size() || v < vocab || v > most)
+            throw FileError(weights_name + ": metadata padded_vocab_size '" + text_value.substr(0, 40) +
+                            "' is not an integer in [vocab_size, vocab_size + max(vocab_size, 128)] = [" +
+                            std::to_string(vocab) + ", " + std::to_string(most) + "]");
+        padded_vocab = static_cast<int>(v);
     }
     c.padded_vocab_size = padded_vocab > 0 ? padded_vocab : GPTConfig::pad_vocab(c.vocab_size);
     try {

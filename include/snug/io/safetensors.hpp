@@ -4,9 +4,11 @@
 // reference and for exporting models to the Python ecosystem.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +29,8 @@ struct SafeTensor {
     std::vector<unsigned char> bytes;
 
     std::int64_t numel() const {
+        for (std::int64_t d : shape)
+            if (d == 0) return 0;  // before any product that could overflow
         std::int64_t n = 1;
         for (std::int64_t d : shape) n *= d;
         return n;
@@ -51,6 +55,17 @@ inline DType safetensors_dtype(const std::string& name, const std::string& file,
     throw FileError(file + ": tensor '" + tensor + "' has dtype " + name + ", which snug does not read");
 }
 
+// A JSON value for an error message: its text, cut after `limit` characters.
+inline std::string json_excerpt(const nlohmann::json& v, std::size_t limit = 80) {
+    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (s.size() > limit) s = s.substr(0, limit) + "... (" + std::to_string(s.size()) + " characters)";
+    return s;
+}
+
+[[noreturn]] inline void safetensors_fail(const std::string& file, const std::string& tensor, const std::string& what) {
+    throw FileError(file + ": tensor '" + tensor + "' " + what);
+}
+
 inline const char* safetensors_dtype_name(DType t) {
     switch (t) {
         case DType::f32: return "F32";
@@ -69,8 +84,11 @@ inline const char* safetensors_dtype_name(DType t) {
 // A whole safetensors file in memory.
 class SafetensorsFile {
 public:
-    // Reads and validates `path`: a truncated file, a malformed header, or a
-    // byte range outside the data throws FileError naming the file and tensor.
+    // Reads and validates `path`: a truncated file, a malformed header (an
+    // entry or a field of the wrong JSON type, a negative or fractional
+    // dimension, a shape whose byte count overflows, metadata that is not
+    // strings), a byte range outside the data or two tensors sharing bytes
+    // throw FileError naming the file and the tensor.
     explicit SafetensorsFile(const std::filesystem::path& path) : path_(path.string()) {
         const std::vector<unsigned char> data = read_file(path);
         if (data.size() < 8) throw FileError(path_ + ": too short for a safetensors file (" +
@@ -89,31 +107,90 @@ public:
         if (!header.is_object()) throw FileError(path_ + ": safetensors header is not a JSON object");
         const std::size_t base = 8 + static_cast<std::size_t>(header_len);
         const std::size_t data_len = data.size() - base;
+        struct Range {
+            std::uint64_t begin, end;
+            const std::string* name;
+        };
+        std::vector<Range> ranges;
         for (auto& [name, entry] : header.items()) {
             if (name == "__metadata__") {
-                for (auto& [k, v] : entry.items())
-                    if (v.is_string()) metadata_[k] = v.get<std::string>();
+                if (!entry.is_object())
+                    throw FileError(path_ + ": __metadata__ is " + std::string(entry.type_name()) +
+                                    ", not an object of strings");
+                for (auto& [k, v] : entry.items()) {
+                    if (!v.is_string())
+                        throw FileError(path_ + ": __metadata__ entry '" + k + "' is " + std::string(v.type_name()) +
+                                        ", not a string");
+                    metadata_[k] = v.get<std::string>();
+                }
                 continue;
             }
-            try {
-                SafeTensor t;
-                t.dtype = detail::safetensors_dtype(entry.at("dtype").get<std::string>(), path_, name);
-                t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-                const auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
-                if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_len)
-                    throw FileError(path_ + ": tensor '" + name + "' has byte range outside the " +
-                                    std::to_string(data_len) + " bytes of data (truncated?)");
-                if (offsets[1] - offsets[0] != static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype))
-                    throw FileError(path_ + ": tensor '" + name + "' of shape " + t.shape_str() + " has " +
-                                    std::to_string(offsets[1] - offsets[0]) + " bytes, expected " +
-                                    std::to_string(static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype)));
-                t.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(base + offsets[0]),
-                               data.begin() + static_cast<std::ptrdiff_t>(base + offsets[1]));
-                tensors_.emplace(name, std::move(t));
-            } catch (const nlohmann::json::exception& e) {
-                throw FileError(path_ + ": tensor '" + name + "' has a malformed entry: " + e.what());
+            auto fail = [&](const std::string& what) { detail::safetensors_fail(path_, name, what); };
+            if (!entry.is_object())
+                fail("has a malformed entry: " + std::string(entry.type_name()) + ", not an object");
+            auto field = [&](const char* key) -> const nlohmann::json& {
+                const auto it = entry.find(key);
+                if (it == entry.end()) detail::safetensors_fail(path_, name, std::string("has no '") + key + "'");
+                return *it;
+            };
+            // An integer >= 0 (JSON may spell it as unsigned or as signed).
+            auto count = [&](const nlohmann::json& v, const std::string& what) -> std::uint64_t {
+                if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+                if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+                    return static_cast<std::uint64_t>(v.get<std::int64_t>());
+                detail::safetensors_fail(path_, name,
+                                         "has " + what + " " + detail::json_excerpt(v) + ", not an integer >= 0");
+            };
+            SafeTensor t;
+            const nlohmann::json& dtype = field("dtype");
+            if (!dtype.is_string()) fail("has dtype " + detail::json_excerpt(dtype) + ", not a string");
+            t.dtype = detail::safetensors_dtype(dtype.get<std::string>(), path_, name);
+            const nlohmann::json& shape = field("shape");
+            if (!shape.is_array()) fail("has shape " + detail::json_excerpt(shape) + ", not an array");
+            // The element count and byte count, computed without overflow: a
+            // product past 2^64 is an error unless a dimension is 0.
+            std::uint64_t numel = 1;
+            bool overflow = false, empty = false;
+            for (const nlohmann::json& d : shape) {
+                const std::uint64_t n = count(d, "a dimension");
+                if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+                    fail("has dimension " + std::to_string(n) + ", more than a 64-bit signed count holds");
+                t.shape.push_back(static_cast<std::int64_t>(n));
+                if (n == 0) empty = true;
+                if (n != 0 && numel > std::numeric_limits<std::uint64_t>::max() / n) overflow = true;
+                numel *= n;
             }
+            const std::size_t elem = dtype_size(t.dtype);
+            if (empty) {  // a zero dimension: no elements, whatever the others are
+                numel = 0;
+                overflow = false;
+            }
+            if (overflow || numel > std::numeric_limits<std::uint64_t>::max() / elem)
+                fail("of shape " + t.shape_str() + " has more bytes than a 64-bit count holds");
+            const nlohmann::json& offsets = field("data_offsets");
+            if (!offsets.is_array() || offsets.size() != 2)
+                fail("has data_offsets " + detail::json_excerpt(offsets) + ", not a pair [begin, end]");
+            const std::uint64_t begin = count(offsets[0], "data_offsets begin");
+            const std::uint64_t end = count(offsets[1], "data_offsets end");
+            if (begin > end || end > data_len)
+                fail("has byte range [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
+                     std::to_string(data_len) + " bytes of data (truncated?)");
+            if (end - begin != numel * elem)
+                fail("of shape " + t.shape_str() + " has " + std::to_string(end - begin) + " bytes, expected " +
+                     std::to_string(numel * elem));
+            t.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(base + begin),
+                           data.begin() + static_cast<std::ptrdiff_t>(base + end));
+            const auto placed = tensors_.emplace(name, std::move(t)).first;
+            if (begin != end) ranges.push_back({begin, end, &placed->first});
         }
+        // Two tensors may not share bytes.
+        std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+        for (std::size_t i = 1; i < ranges.size(); ++i)
+            if (ranges[i].begin < ranges[i - 1].end)
+                throw FileError(path_ + ": tensors '" + *ranges[i - 1].name + "' (bytes [" +
+                                std::to_string(ranges[i - 1].begin) + ", " + std::to_string(ranges[i - 1].end) +
+                                ")) and '" + *ranges[i].name + "' (bytes [" + std::to_string(ranges[i].begin) +
+                                ", " + std::to_string(ranges[i].end) + ")) overlap");
     }
 
     bool contains(const std::string& name) const { return tensors_.count(name) != 0; }

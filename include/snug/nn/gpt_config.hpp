@@ -2,6 +2,7 @@
 // heads, width), its presets, its parameter count and its model FLOPs.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,8 +20,11 @@ struct GPTConfig {
     int channels = 768;              // C; head size C / NH
 
     // Vp for a vocabulary: the next multiple of 128 (GPU GEMMs like it), or V
-    // itself for a small vocabulary (<= 256) that would mostly be padding.
-    static int pad_vocab(int vocab) { return vocab <= 256 ? vocab : (vocab + 127) / 128 * 128; }
+    // itself for a small vocabulary (<= 256) that would mostly be padding, and
+    // for one within 127 of INT_MAX (whose padding int cannot hold).
+    static int pad_vocab(int vocab) {
+        return vocab <= 256 || vocab > INT_MAX - 127 ? vocab : (vocab + 127) / 128 * 128;
+    }
 
     // GPT-2 sizes and small test models.
     //   "124M" "350M" "774M" "1558M" : GPT-2 small, medium, large, xl (also "d12" "d24" "d36" "d48")

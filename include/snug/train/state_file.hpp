@@ -95,6 +95,7 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -428,6 +429,13 @@ private:
     std::uint64_t pos_ = ~std::uint64_t{0};
 };
 
+// The shortest decimal that reads back as v.
+inline std::string double_text(double v) {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    return ec == std::errc{} ? std::string(buf, end) : std::string("?");
+}
+
 // Typed access to the JSON header; a missing or ill-typed field throws
 // FileError naming the file and the field's path.
 class Fields {
@@ -458,7 +466,10 @@ public:
         return v.get<double>();
     }
     float float32(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        return static_cast<float>(number(obj, key, where));
+        const double v = number(obj, key, where);
+        if (std::abs(v) > static_cast<double>(std::numeric_limits<float>::max()))
+            fail(where + key, "is " + double_text(v) + ", outside the range of a 32-bit float");
+        return static_cast<float>(v);
     }
     std::uint64_t u64(const nlohmann::json& obj, const char* key, const std::string& where) const {
         const nlohmann::json& v = at(obj, key, where);
@@ -605,6 +616,8 @@ inline TrainingStateInfo read_info(InFile& f) {
     info.progress.rng_offset = F.u64(p, "rng_offset", "progress.");
     info.progress.sampler_position = F.u64(p, "sampler_position", "progress.");
     info.progress.wall_clock_seconds = F.number(p, "wall_clock_seconds", "progress.");
+    if (info.progress.wall_clock_seconds < 0.0)
+        F.fail("progress.wall_clock_seconds", "is " + double_text(info.progress.wall_clock_seconds) + ", not >= 0");
     info.progress.run_config = F.string(p, "run_config", "progress.");
 
     // The section table: records back to back from data_offset, ending at file_bytes.
