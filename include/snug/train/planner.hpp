@@ -378,7 +378,7 @@ inline constexpr int max_every = 16;
 template <int... K>
 std::vector<Recompute> every_nth_plan(int k, const CheckpointQuery& q, std::integer_sequence<int, K...>) {
     std::vector<Recompute> modes;
-    ((k == K + 1 ? (modes = checkpoint::EveryNth<K + 1>{}.plan(q), true) : false) || ...);
+    (void)((k == K + 1 ? (modes = checkpoint::EveryNth<K + 1>{}.plan(q), true) : false) || ...);
     return modes;
 }
 }  // namespace detail
