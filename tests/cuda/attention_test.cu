@@ -75,7 +75,12 @@ void check_attention(snug::Generator& rng, const AttentionSize& z) {
                        z.C, z.NH);
     std::vector<T> dqkv(bt * 3 * C), scratch(tt);
     attention_backward(host, dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), z.B, z.T, z.C, z.NH);
-    check_close(to_host(dqkv_d), dqkv, tolerance<T>(), "dqkv");
+    // The device rounds dS to T in `scratch` before the dK/dV sums (the host
+    // keeps it fp32), so a 16-bit dK or dV carries the rounding of up to T
+    // terms: run emulated over 30 seeds, 7 exceeded 1e-2 of (|host| + rms),
+    // the worst 1.37e-2. Hence 3e-2 for 16-bit dqkv; fp32 keeps 1e-5.
+    const double dqkv_tolerance = std::is_same_v<T, float> ? tolerance<T>() : 3e-2;
+    check_close(to_host(dqkv_d), dqkv, dqkv_tolerance, "dqkv");
 }
 
 }  // namespace
