@@ -40,7 +40,7 @@ GPTConfig shape(int vocab, int max_seq, int layers, int heads, int channels) {
 // A checkpoint policy that answers with the modes it was given: how a test
 // runs a plan the planner chose at run time.
 struct Fixed {
-    static constexpr const char* name = "fixed";
+    [[maybe_unused]] static constexpr const char* name = "fixed";  // the CheckpointPolicy contract; unused here
     std::vector<Recompute> modes;
     std::vector<Recompute> plan(const snug::CheckpointQuery&) const { return modes; }
 };
