@@ -5,6 +5,7 @@
 //   1. The math, once:  y = x + (x ⊙ s) ⊙ w   with   s = sigmoid(x ⊙ g),
 //      g and w per-channel parameters (C). A helper both backends share.
 //   2. Its kernels, one overload per device tag: a plain loop for snug::Host,
+//      nothing for snug::Meter (the device the planner measures memory on),
 //      a __global__ kernel for snug::Cuda, started by snug::cuda::launch
 //      (compiled by nvcc, or by the host compiler for the emulated CUDA
 //      backend, which runs it on the CPU with its faults checked). The layer
@@ -32,6 +33,7 @@
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/core/tensor.hpp"
+#include "snug/meter/device.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
@@ -202,6 +204,14 @@ void gated_residual_backward(const snug::Cuda& dev, T* dx,  // (N, C)
 }
 
 #endif  // SNUG_CUDA_BACKEND
+
+// The snug::Meter overloads: nothing to compute. snug runs the model on the
+// metering device to measure its memory (snug/meter/device.hpp); a kernel
+// there only has to exist.
+template <class... Args>
+void gated_residual_forward(const snug::Meter&, Args&&...) {}
+template <class... Args>
+void gated_residual_backward(const snug::Meter&, Args&&...) {}
 
 // ---- 3. The layer -----------------------------------------------------------
 

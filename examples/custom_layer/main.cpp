@@ -17,22 +17,28 @@
 //                          - the user's layers in a snug::LayerStack, which
 //                            applies the CheckpointPolicy's plan
 //                            (set_recompute) and keeps each layer's input;
-//                          - predict_activation_peak(): the model replays its
-//                            own push order on paper, so the Budget policy can
-//                            choose a plan before anything is allocated (and
-//                            the program checks the guess against the tracker).
+//                          - on_device<E> and config(): the same model on
+//                            another device tag, built from its config, so
+//                            that snug runs it on snug::Meter (no memory, no
+//                            work) to measure its memory: the Budget policy's
+//                            activation peaks and the whole run's plan
+//                            (snug::predict_training_memory) come from this
+//                            code itself, not from a formula kept beside it;
 //   main()               composes snug::TrainStep<TinyLM<Act, D>, Precision,
 //                        Accumulation, Checkpoint> for fp32, bf16 and fp16 with
 //                        a dynamic loss scaler, trains each on a synthetic
 //                        next-token task (target = (7 token + 3) mod V) and
 //                        prints the loss, the peak bytes per memory category
-//                        and the skipped steps.
+//                        (each checked against the planner's prediction) and
+//                        the skipped steps.
 //
 // Built by g++ it runs on snug::Host; main.cu is this file built by nvcc, on
 // snug::Cuda; built against snug::cuda_emulated (CMake target
 // custom_layer_emulated) it runs snug::Cuda on the emulated GPU, so the
-// layer's CUDA kernel is tested where no GPU exists. Exit code 0 when every loss fell, every checkpoint plan gave the
-// plain gradients bit for bit, and every predicted activation peak was exact.
+// layer's CUDA kernel is tested where no GPU exists. Exit code 0 when every
+// loss fell, every checkpoint plan gave the plain gradients bit for bit, and
+// every predicted peak (activations, and each category of the whole run) was
+// exact.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdint>
@@ -129,42 +135,11 @@ public:
     // GatedResidual can recompute selectively, so the Budget policy may choose it.
     static constexpr bool supports_selective() { return snug::SelectiveLayer<GatedResidual<Act, D>>; }
 
-    // Peak activation bytes of one forward + backward at (B, T) under `modes`:
-    // forward() and backward() below, push for push.
-    std::size_t predict_activation_peak(int B, int T, std::span<const snug::Recompute> modes) const {
-        using snug::Recompute;
-        if (static_cast<int>(modes.size()) != c_.layers)
-            throw snug::Error("TinyLM: " + std::to_string(modes.size()) + " recompute modes for " +
-                              std::to_string(c_.layers) + " layers");
-        const std::size_t N = std::size_t(B) * std::size_t(T), x = sizeof(Act) * N * std::size_t(c_.channels);
-        const std::size_t head = x + 2 * sizeof(float) * N + sizeof(Act) * N * std::size_t(c_.vocab);
-        std::size_t live = 0, peak = 0;
-        auto push = [&](std::size_t b) { peak = std::max(peak, live += b); };
-        auto pop = [&](std::size_t b) { live -= b; };
-        push(x);                                      // embedding
-        for (Recompute m : modes) {
-            push(x);                                  // the layer's output (LayerStack)
-            if (m == Recompute::selective) continue;  // keeps nothing
-            push(x);                                  // its gate s
-            if (m == Recompute::full) pop(x);         // ... dropped at once
-        }
-        push(head);                                   // ln_f, mean, rstd, logits
-        push(sizeof(float) * N);                      // losses, for a moment
-        pop(sizeof(float) * N);
-        pop(head);                                    // released before the layers' backward
-        for (std::size_t j = modes.size(); j-- > 0;) {
-            if (modes[j] == Recompute::full) {
-                push(x);                              // recomputed output
-                push(x);                              // recomputed gate
-                pop(x);
-                pop(x);
-            } else if (modes[j] == Recompute::none) {
-                pop(x);                               // the gate
-            }
-            pop(x);                                   // the output
-        }
-        return peak;
-    }
+    // What snug::MeterableModel asks for: this model on another device tag
+    // (snug::Meter measures it), and the config to build it from.
+    template <snug::DeviceTag E>
+    using on_device = TinyLM<Act, E>;
+    const TinyConfig& config() const { return c_; }
 
     // tokens, targets: (B, T) in D's memory. Returns the mean loss; the logits
     // become their gradient times dloss (= d objective / d each token's loss),
@@ -274,6 +249,14 @@ struct Session {
         ctx.device.blas = &blas;
 #endif
     }
+    // The backend's own tracked bytes: cuBLASLt's workspace on CUDA.
+    std::size_t backend_workspace() const {
+#if defined(SNUG_CUDA_BACKEND)
+        return blas.workspace_bytes();
+#else
+        return 0;
+#endif
+    }
 };
 
 constexpr TinyConfig config{};
@@ -286,8 +269,8 @@ class Batches {
 public:
     Batches(snug::MemoryTracker& tracker, int micro, std::uint64_t seed)
         : n_(std::int64_t{micro} * B * T),
-          tokens_(tracker, snug::MemoryCategory::temporaries, std::size_t(n_), "tokens"),
-          targets_(tracker, snug::MemoryCategory::temporaries, std::size_t(n_), "targets"),
+          tokens_(tracker, snug::MemoryCategory::workspace, std::size_t(n_), "token ids"),
+          targets_(tracker, snug::MemoryCategory::workspace, std::size_t(n_), "target ids"),
           rng_(seed) {
         for (int m = 0; m < micro; ++m)
             list_.push_back({tokens_.data() + m * B * T, targets_.data() + m * B * T});
@@ -346,10 +329,22 @@ bool train(int accumulation, Checkpoint checkpoint = {}) {
         for (std::size_t i = losses.size() - 5; i < losses.size(); ++i) final_loss += losses[i] / 5.0f;
         fell = final_loss < 0.6f * first;
     }
-    const std::size_t predicted = model.predict_activation_peak(B, T, step.recompute_plan());
+    const std::size_t predicted = snug::predict_activation_peak(model, B, T, step.recompute_plan());
     const std::size_t measured = s.tracker.peak(snug::MemoryCategory::activations);
     const std::vector<snug::Recompute> keep_all(std::size_t(config.layers), snug::Recompute::none);
-    const std::size_t plain = model.predict_activation_peak(B, T, keep_all);
+    const std::size_t plain = snug::predict_activation_peak(model, B, T, keep_all);
+    // The whole run, planned by running this model on snug::Meter: every
+    // category's peak and the total, to the byte.
+    snug::RunShape shape;
+    shape.micro_batch = B;
+    shape.seq = T;
+    shape.accumulation = accumulation;
+    shape.recompute.assign(step.recompute_plan().begin(), step.recompute_plan().end());
+    shape.backend_workspace = s.backend_workspace();
+    const snug::MemoryPlan plan = snug::predict_training_memory<Model, Precision>(config, shape);
+    bool planned = plan.total == s.tracker.peak_total();
+    for (snug::MemoryCategory cat : snug::all_memory_categories)
+        planned = planned && plan[cat] == s.tracker.peak(cat);
 
     std::printf("%-5s accumulate %d  checkpoint %-9s plan %s\n", Precision::name, accumulation, Checkpoint::name,
                 plan_string(step.recompute_plan()).c_str());
@@ -366,7 +361,9 @@ bool train(int accumulation, Checkpoint checkpoint = {}) {
                     snug::format_bytes(s.tracker.peak(cat)).c_str(),
                     cat == snug::MemoryCategory::temporaries ? "\n" : ",");
     }
-    return fell && measured == predicted;
+    std::printf("  total %s, planned %s%s\n", snug::format_bytes(s.tracker.peak_total()).c_str(),
+                snug::format_bytes(plan.total).c_str(), planned ? " (every category exact)" : " (MISMATCH)");
+    return fell && measured == predicted && planned;
 }
 
 // Checkpointing must not change the numbers: one pass under several plans
@@ -400,7 +397,7 @@ bool plans_agree() {
         if (plain.empty()) plain = grads;
         const bool same = grads == plain;
         const bool exact =
-            s.tracker.peak(snug::MemoryCategory::activations) == model.predict_activation_peak(B, T, plan);
+            s.tracker.peak(snug::MemoryCategory::activations) == snug::predict_activation_peak(model, B, T, plan);
         if (!same || !exact)
             std::printf("  plan %s: %s\n", plan_string(plan).c_str(),
                         !same ? "gradients differ from the plain run" : "activation peak differs from the prediction");

@@ -14,6 +14,7 @@
 #include "snug/core/rng.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/host/gemm.hpp"
+#include "snug/meter/device.hpp"
 
 #if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/blas.hpp"
@@ -22,6 +23,7 @@
 #include "snug/cuda/memory.hpp"
 #endif
 
+#include "snug/nn/activation_peak.hpp"
 #include "snug/nn/checkpointed.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/nn/layer.hpp"

@@ -12,6 +12,7 @@
 #include "snug/checkpoint/policies.hpp"
 #include "snug/core/rng.hpp"
 #include "snug/nn/checkpointed.hpp"
+#include "snug/nn/activation_peak.hpp"
 #include "snug/nn/gpt.hpp"
 #include "support/host_run.hpp"
 
@@ -51,7 +52,7 @@ Pass run_pass(const std::vector<Recompute>& modes, int B, int T) {
     model.forward(run.ctx, tokens.data(), targets.data(), B, T, 1.0f / float(B * T));
     model.backward(run.ctx, tokens.data());
     CHECK(run.tracker.current(MemoryCategory::activations) == 0);
-    CHECK(model.predict_activation_peak(B, T, modes) == run.tracker.peak(MemoryCategory::activations));
+    CHECK(snug::predict_activation_peak(model, B, T, modes) == run.tracker.peak(MemoryCategory::activations));
     return {std::vector<float>(model.gradients(), model.gradients() + model.num_parameters()),
             run.tracker.peak(MemoryCategory::activations)};
 }
@@ -111,7 +112,7 @@ TEST_CASE("the budget policy picks the cheapest plan that fits, or says none doe
     snug::test::HostRun run;
     snug::GPT<float, snug::Host> model(c, run.tracker);
     const int B = 2, T = 16;
-    auto peak = [&](std::span<const Recompute> m) { return model.predict_activation_peak(B, T, m); };
+    auto peak = [&](std::span<const Recompute> m) { return snug::predict_activation_peak(model, B, T, m); };
     const snug::CheckpointQuery q{4, peak};
     const std::size_t none = peak(std::vector<Recompute>(4, Recompute::none));
     const std::size_t selective = peak(std::vector<Recompute>(4, Recompute::selective));

@@ -7,6 +7,7 @@
 //   Selective     every block keeps its GEMM outputs, recomputes LayerNorm,
 //                 GELU and the attention probabilities (the T² part)
 //   Budget        the cheapest plan whose predicted activation peak fits a byte budget
+//   Given         the modes it was given (a plan chosen elsewhere)
 #pragma once
 
 #include <concepts>
@@ -69,6 +70,23 @@ struct Selective {
     static constexpr const char* name = "selective";
     std::vector<Recompute> plan(const CheckpointQuery& q) const {
         return std::vector<Recompute>(static_cast<std::size_t>(q.blocks), Recompute::selective);
+    }
+};
+
+// The modes it was given, one per block: a plan chosen elsewhere (by the
+// planner's search, or read from a saved run), applied as it is.
+struct Given {
+    static constexpr const char* name = "given";
+    std::vector<Recompute> modes;
+    std::vector<Recompute> plan(const CheckpointQuery& q) const {
+        if (modes.size() != static_cast<std::size_t>(q.blocks))
+            throw ConfigError("checkpoint::Given: " + std::to_string(modes.size()) + " recompute modes for a model of " +
+                              std::to_string(q.blocks) + " blocks");
+        for (Recompute r : modes)
+            if (r == Recompute::selective && !q.selective_available)
+                throw ConfigError("checkpoint::Given: a selective mode for a model whose blocks cannot recompute "
+                                  "selectively");
+        return modes;
     }
 };
 

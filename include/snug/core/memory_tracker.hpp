@@ -117,6 +117,7 @@ public:
         if (current_total_ > peak_total_) {
             peak_total_ = current_total_;
             peak_breakdown_ = current_;
+            peak_what_.assign(what.data(), what.size());
         }
     }
 
@@ -141,12 +142,15 @@ public:
     // Each category's current value at the moment the total first reached
     // peak_total() (a later equal total does not replace it).
     const MemoryBreakdown& peak_breakdown() const noexcept { return peak_breakdown_; }
+    // The allocation that brought the total to peak_total() ("" before any).
+    const std::string& peak_allocation() const noexcept { return peak_what_; }
 
     // Starts a new measurement window: every peak becomes the current value.
     void reset_peaks() noexcept {
         peak_ = current_;
         peak_total_ = current_total_;
         peak_breakdown_ = current_;
+        peak_what_.clear();
     }
 
     // A table: per category the current bytes, the peak, and the share of
@@ -190,6 +194,7 @@ private:
     MemoryBreakdown current_{};
     MemoryBreakdown peak_{};
     MemoryBreakdown peak_breakdown_{};
+    std::string peak_what_;
     std::size_t current_total_ = 0;
     std::size_t peak_total_ = 0;
 };

@@ -25,11 +25,11 @@
 #include "snug/core/memory_tracker.hpp"
 #include "snug/core/rng.hpp"
 #include "snug/core/tensor.hpp"
+#include "snug/meter/device.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
 #include "snug/nn/ops.hpp"
-#include "snug/nn/gpt_memory.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/transformer_block.hpp"
 
@@ -81,7 +81,7 @@ public:
           grads_(tracker, MemoryCategory::gradients, static_cast<std::size_t>(GPTLayout(config).total()),
                  "GPT gradients"),
           blocks_(make_blocks(config_, params_.data(), grads_.data())) {
-        if constexpr (!std::is_same_v<D, Host>) {
+        if constexpr (!std::is_same_v<D, Host> && !std::is_same_v<D, Meter>) {
             // Every tensor and per-layer slice starts at a multiple of C
             // elements; GPU GEMMs need 16-byte aligned operands.
             if (config_.channels % 8 != 0)
@@ -116,11 +116,10 @@ public:
     // Its blocks can keep only their GEMM outputs (Recompute::selective).
     static constexpr bool supports_selective() { return true; }
 
-    // Peak activation bytes of one forward + backward at (B, T) with `modes`
-    // (nn/gpt_memory.hpp), predicted without allocating.
-    std::size_t predict_activation_peak(int B, int T, std::span<const Recompute> modes) const {
-        return gpt_activation_peak(config_, B, T, modes, sizeof(Act));
-    }
+    // The same model on another device: snug::Meter runs it to measure its
+    // memory (nn/activation_peak.hpp, train/planner.hpp).
+    template <DeviceTag E>
+    using on_device = GPT<Act, E>;
 
     // Which parameters AdamW decays (2-D weights) and which not.
     std::vector<ParameterGroup> parameter_groups() const { return gpt_parameter_groups(config_); }

@@ -1,6 +1,6 @@
 // The kernels layers call, for every backend this translation unit can use:
-// the host backend always, the CUDA backend under nvcc or emulated
-// (SNUG_CUDA_BACKEND). Layer code calls them
+// the host backend and the metering device (snug::Meter) always, the CUDA
+// backend under nvcc or emulated (SNUG_CUDA_BACKEND). Layer code calls them
 // unqualified with the device tag first; argument-dependent lookup picks the
 // backend from the tag's namespace.
 #pragma once
@@ -16,6 +16,7 @@
 #include "snug/host/norms.hpp"
 #include "snug/host/transfer.hpp"
 #include "snug/host/unscale.hpp"
+#include "snug/meter/ops.hpp"
 
 #if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/adamw.cuh"

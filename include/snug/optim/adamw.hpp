@@ -35,32 +35,22 @@ public:
     // from); moments start at zero. Every byte is recorded in the tracker.
     AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
           AdamWConfig config, const std::vector<float>& initial)
-        : config_(config),
-          groups_(std::move(groups)),
-          n_(n),
-          master_(tracker, MemoryCategory::master_weights, has_master ? static_cast<std::size_t>(n) : 0,
-                  "AdamW master weights"),
-          m_(tracker, MemoryCategory::optimizer_state, static_cast<std::size_t>(n), "AdamW first moment"),
-          v_(tracker, MemoryCategory::optimizer_state, static_cast<std::size_t>(n), "AdamW second moment") {
-        std::int64_t covered = 0;
-        for (const ParameterGroup& g : groups_) {
-            if (g.offset != covered || g.count < 0)
-                throw ShapeError("AdamW: parameter groups must tile [0, " + std::to_string(n) +
-                                 ") in order; a group starts at " + std::to_string(g.offset) + ", expected " +
-                                 std::to_string(covered));
-            covered += g.count;
-        }
-        if (covered != n)
-            throw ShapeError("AdamW: parameter groups cover " + std::to_string(covered) + " of " +
-                             std::to_string(n) + " parameters");
+        : AdamW(dev, tracker, n, std::move(groups), config) {
         if constexpr (has_master) {
             if (static_cast<std::int64_t>(initial.size()) != n)
                 throw ShapeError("AdamW: " + std::to_string(initial.size()) + " initial master weights for " +
                                  std::to_string(n) + " parameters");
             upload(dev, master_.data(), initial.data(), n);
         }
-        fill_zero(dev, m_.data(), n);
-        fill_zero(dev, v_.data(), n);
+    }
+
+    // Master weights start from the working weights `working` (n, device
+    // memory; widened to fp32, as llm.c does), so nothing of the model's size
+    // is needed on the host.
+    AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
+          AdamWConfig config, const Act* working)
+        : AdamW(dev, tracker, n, std::move(groups), config) {
+        if constexpr (has_master) cast(dev, master_.data(), working, n);
     }
 
     // One update of `params` (n) from `grads` (n, fp32), which are first
@@ -93,6 +83,31 @@ public:
 
 private:
     static constexpr bool has_master = !std::is_same_v<Act, float>;
+
+    // The buffers, the groups checked, the moments zeroed; master weights unset.
+    AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
+          AdamWConfig config)
+        : config_(config),
+          groups_(std::move(groups)),
+          n_(n),
+          master_(tracker, MemoryCategory::master_weights, has_master ? static_cast<std::size_t>(n) : 0,
+                  "AdamW master weights"),
+          m_(tracker, MemoryCategory::optimizer_state, static_cast<std::size_t>(n), "AdamW first moment"),
+          v_(tracker, MemoryCategory::optimizer_state, static_cast<std::size_t>(n), "AdamW second moment") {
+        std::int64_t covered = 0;
+        for (const ParameterGroup& g : groups_) {
+            if (g.offset != covered || g.count < 0)
+                throw ShapeError("AdamW: parameter groups must tile [0, " + std::to_string(n) +
+                                 ") in order; a group starts at " + std::to_string(g.offset) + ", expected " +
+                                 std::to_string(covered));
+            covered += g.count;
+        }
+        if (covered != n)
+            throw ShapeError("AdamW: parameter groups cover " + std::to_string(covered) + " of " +
+                             std::to_string(n) + " parameters");
+        fill_zero(dev, m_.data(), n);
+        fill_zero(dev, v_.data(), n);
+    }
 
     AdamWConfig config_;
     std::vector<ParameterGroup> groups_;

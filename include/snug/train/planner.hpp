@@ -1,16 +1,16 @@
 // The memory planner: what a GPT training run will hold, per MemoryCategory,
-// predicted before anything is allocated — to the byte for the tracker of a
-// trainer built like examples/train_gpt (TrainStep<GPT>, its token buffers,
-// its sampling window) — and the searches built on it: the largest
-// micro-batch for a budget, the configuration `--plan` recommends (following
-// the order of operations) and the largest model of a family that fits.
+// before anything is allocated — measured, not estimated: predict_memory()
+// builds the run as examples/train_gpt builds it (its workspace, GPT,
+// token buffers, TrainStep and arenas) on snug::Meter, the metering device,
+// and runs one update, an evaluation and a sampling pass of the real code.
+// The tracker of that run is the prediction, to the byte, and a Meter ledger
+// adds what the device itself would reserve (arena chunks, allocation
+// granularity, the CUDA context). There is no memory formula here: a new
+// layer or technique is planned the moment it runs.
 //
-// The tracker's peak_total() is not the sum of the category peaks: the
-// activations peak at the end of the forward pass, backward's temporaries
-// while the activations are already shrinking. predict_memory() therefore
-// walks one training update moment by moment (every point where the
-// activation arena, the scratch arena or their sum reaches a local maximum)
-// and takes the highest sum, not the sum of the highest.
+// On top of it, the searches: the largest micro-batch for a budget, the
+// configuration `--plan` recommends (following the order of operations) and
+// the largest model of a family that fits.
 #pragma once
 
 #include <algorithm>
@@ -34,9 +34,12 @@
 #include "snug/core/half.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
-#include "snug/nn/gpt_memory.hpp"
+#include "snug/meter/device.hpp"
+#include "snug/nn/activation_peak.hpp"
+#include "snug/nn/gpt.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/precision/policies.hpp"
+#include "snug/train/train_step.hpp"
 
 namespace snug {
 
@@ -55,12 +58,6 @@ constexpr std::string_view precision_name(PrecisionKind p) {
     }
     return "?";
 }
-
-// Bytes of one activation or working weight.
-constexpr std::size_t compute_bytes(PrecisionKind p) { return p == PrecisionKind::fp32 ? 4 : 2; }
-
-// 16-bit working weights come with fp32 master weights in the optimizer.
-constexpr bool keeps_master_weights(PrecisionKind p) { return p != PrecisionKind::fp32; }
 
 // "fp32", "bf16" or "fp16"; anything else throws ConfigError naming it.
 inline PrecisionKind parse_precision_kind(std::string_view s) {
@@ -91,23 +88,51 @@ constexpr PrecisionKind precision_kind() {
 
 // ---- what is predicted -------------------------------------------------------------
 
-// One training configuration, as a trainer like examples/train_gpt builds it:
-// a MemoryTracker; a cuBLASLt context on CUDA; GPT<Act, D>; token and target
-// ids for the n micro-batches of an update, n·B·T int32 each, as workspace;
-// TrainStep (AdamW, the gradient-norm scalar, the loss-scaler flag); two
-// ActivationArenas (activations, and temporaries for backward). Training,
-// evaluation at (B, T) and, when sampling_window > 0, sampling (a window of
-// that many int32 ids in workspace, forward passes at (1, up to the window)
-// without targets) all run with the same recompute modes.
-struct MemoryPlanInput {
-    GPTConfig model;
-    PrecisionKind precision = PrecisionKind::fp32;
+// What a device reserves beyond the bytes the tracker counts.
+struct DeviceReservation {
+    std::size_t granularity = 1;  // every allocation is counted in whole units of this many bytes
+    std::size_t context = 0;      // the runtime's own memory, allocated before anything of ours
+};
+
+// A stated estimate for a CUDA card, to be checked against the driver by the
+// ladder's driver column on a GPU: cudaMalloc maps whole 2 MiB pages (small
+// allocations are counted as a whole page: a few MiB too many); the context
+// with cuBLASLt's kernels loaded lazily (CUDA 12+) takes a few hundred MiB —
+// 512 MiB is counted.
+inline constexpr DeviceReservation cuda_reservation{std::size_t{2} << 20, std::size_t{512} << 20};
+
+// The shape of one training run, whatever the model, as a trainer like
+// examples/train_gpt builds it: a MemoryTracker; the backend's workspace
+// (cuBLASLt's on CUDA); two ActivationArenas (activations, and temporaries
+// for backward); the model; token and target ids for the n micro-batches of
+// an update, n·B·T int32 each, as workspace; TrainStep (AdamW, the
+// gradient-norm scalar, the loss-scaler flag). Training, evaluation at
+// (B, T) and, when sampling_window > 0, sampling (a window of that many int32
+// ids in workspace, a forward pass at (1, window) without targets) all run
+// with the same recompute modes.
+struct RunShape {
     int micro_batch = 1;                // B: sequences per forward
-    int seq = 1;                        // T: tokens per sequence, at most model.max_seq_len
+    int seq = 1;                        // T: tokens per sequence, at most the model's context
     int accumulation = 1;               // n: micro-batches per update
     std::vector<Recompute> recompute;   // one mode per block; empty: every block keeps everything
     std::size_t backend_workspace = 0;  // the cuBLASLt workspace on CUDA (cuda::Blas::workspace_bytes()); 0 on the host
     int sampling_window = 0;            // int32 ids of the trainer's sampling window (train_gpt: max_seq_len); 0: none
+    // The device whose memory a budget limits (e.g. cuda_reservation); none:
+    // the budget limits the tracker's bytes (the host backend).
+    std::optional<DeviceReservation> device;
+
+    // The modes in force for a model of `blocks` blocks: recompute, or all
+    // none when it is empty.
+    std::vector<Recompute> modes(int blocks) const {
+        if (!recompute.empty()) return recompute;
+        return std::vector<Recompute>(static_cast<std::size_t>(blocks), Recompute::none);
+    }
+};
+
+// A GPT's run: its shape, precision and the run's shape.
+struct MemoryPlanInput : RunShape {
+    GPTConfig model;
+    PrecisionKind precision = PrecisionKind::fp32;
 
     // Throws ConfigError naming the first field that makes no sense.
     void validate() const {
@@ -126,19 +151,22 @@ struct MemoryPlanInput {
                  std::to_string(sampling_window));
     }
 
-    // The modes in force: recompute, or all none when it is empty.
-    std::vector<Recompute> modes() const {
-        if (!recompute.empty()) return recompute;
-        return std::vector<Recompute>(static_cast<std::size_t>(model.n_layer), Recompute::none);
-    }
+    std::vector<Recompute> modes() const { return RunShape::modes(model.n_layer); }
 };
 
-// What the tracker will report after training with a MemoryPlanInput.
+// What the tracker will report after training with a MemoryPlanInput, and
+// what the device will reserve.
 struct MemoryPlan {
     MemoryBreakdown peak{};           // MemoryTracker::peak(c) per category
     std::size_t total = 0;            // MemoryTracker::peak_total()
     MemoryBreakdown at_total_peak{};  // MemoryTracker::peak_breakdown()
-    std::string peak_moment;          // when the total peaks, e.g. "backward of block 0 (full)"
+    std::string peak_moment;          // when the total peaks, e.g. "training: when \"qkv\" is allocated"
+    // The most the device holds at once: every allocation at the device's
+    // granularity, the arenas' chunks whole (not their live bytes), plus the
+    // context. Without a device in the input: the allocations' exact bytes.
+    std::size_t reserved = 0;
+    // What a budget is checked against: `reserved` for a device, else `total`.
+    std::size_t required = 0;
 
     std::size_t operator[](MemoryCategory c) const { return peak[static_cast<std::size_t>(c)]; }
 
@@ -157,158 +185,114 @@ struct MemoryPlan {
         }
         out << std::left << std::setw(name_width) << "total" << std::right << std::setw(column_width)
             << format_bytes(total) << std::setw(column_width) << format_bytes(total) << "  (" << total
-            << " bytes, at the " << peak_moment << ")\n";
+            << " bytes; " << peak_moment << ")\n";
+        out << std::left << std::setw(name_width) << "device reserves" << std::right << std::setw(column_width)
+            << format_bytes(reserved) << std::setw(column_width) << "" << "  (allocations as the device rounds them, "
+            << "arena chunks whole, context)\n";
         return out.str();
     }
 };
 
-namespace detail {
-
-// Where one pass is when a moment is visited.
-enum class Phase : std::uint8_t { forward, head, head_backward, backward, embedding_backward };
-
-inline std::string phase_text(Phase phase, int block, Recompute mode, bool sampling) {
-    const std::string where = sampling ? "sampling " : "";
-    const std::string b = "block " + std::to_string(block) + " (" + recompute_name(mode) + ")";
-    switch (phase) {
-        case Phase::forward: return where + "forward of " + b;
-        case Phase::head: return where + "forward of the head (logits)";
-        case Phase::head_backward: return "backward of the head";
-        case Phase::backward: return "backward of " + b;
-        case Phase::embedding_backward: return "backward of the embedding";
-    }
-    return "?";
-}
-
-// Calls f(activations, temporaries, phase, block) at every local maximum of
-// the activation arena, the scratch arena and their sum during one GPT
-// forward at (B, T) (with targets: the per-token losses for a moment) and,
-// when `backward`, the backward that follows; in time order. It follows the
-// pushes of GPT, LayerStack, checkpointed_forward/backward and
-// TransformerBlock, as gpt_activation_peak does for the activations alone.
+// Calls f.template operator()<Precision>() with the precision policy of a
+// PrecisionKind (the loss scaler of fp16: DynamicLossScaler).
 template <class F>
-void gpt_pass_moments(const GPTConfig& c, int B, int T, std::span<const Recompute> modes, std::size_t act_bytes,
-                      bool targets, bool backward, F&& f) {
-    const std::size_t N = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
-    const std::size_t x = act_bytes * N * static_cast<std::size_t>(c.channels);  // one (B, T, C) tensor
-    const std::size_t att = act_bytes * static_cast<std::size_t>(B) * static_cast<std::size_t>(c.n_head) *
-                            static_cast<std::size_t>(T) * static_cast<std::size_t>(T);  // (B, NH, T, T)
-    const std::size_t ln_stats = 2 * N * sizeof(float);  // one LayerNorm's mean and rstd
-    const BlockActivationBytes block = gpt_block_activation_bytes(c, B, T, act_bytes);
-    auto kept = [&](Recompute r) {
-        return r == Recompute::none ? block.keep : r == Recompute::selective ? block.selective : std::size_t{0};
-    };
-    const int L = static_cast<int>(modes.size());
-
-    // Forward: the embedding, then per block its output and what it keeps.
-    std::size_t act = x;
-    for (int i = 0; i < L; ++i) {
-        const Recompute r = modes[static_cast<std::size_t>(i)];
-        act += x;
-        if (r == Recompute::selective) {
-            // Dropped tensors live in scratch only while the next GEMM reads them.
-            f(act + 3 * x, x + ln_stats, Phase::forward, i);  // ln1 in scratch, qkv kept
-            f(act + 4 * x, att, Phase::forward, i);           // probabilities in scratch, attention output kept
-            f(act + 9 * x, x + ln_stats, Phase::forward, i);  // ln2 in scratch, residual and MLP hidden kept
-            f(act + 9 * x, 4 * x, Phase::forward, i);         // GELU in scratch
-        } else {
-            f(act + block.keep, 0, Phase::forward, i);        // a checkpointed block lets go right after
-        }
-        act += kept(r);
+decltype(auto) with_precision(PrecisionKind p, F&& f) {
+    switch (p) {
+        case PrecisionKind::fp32: return f.template operator()<precision::Fp32>();
+        case PrecisionKind::bf16: return f.template operator()<precision::Bf16>();
+        case PrecisionKind::fp16: break;
     }
-    // The head: ln_f and its statistics, the logits, the losses for a moment.
-    const std::size_t head = x + ln_stats + act_bytes * N * static_cast<std::size_t>(c.padded_vocab_size);
-    f(act + head + (targets ? N * sizeof(float) : 0), 0, Phase::head, -1);
-    if (!backward) return;
-
-    // Backward: two (B, T, C) gradients for the whole pass, a third for ln_f
-    // while the head is still there.
-    f(act + head, 3 * x, Phase::head_backward, -1);
-    const std::size_t grads = 2 * x;
-    const std::size_t block_scratch = 9 * x + att;  // d hidden (4), d ln (1), d residual (1), d qkv (3), d probabilities
-    for (int j = L - 1; j >= 0; --j) {
-        const Recompute r = modes[static_cast<std::size_t>(j)];
-        if (r == Recompute::full) {
-            // The recomputed output and a plain forward's activations, then backward.
-            f(act + x + block.keep, grads + block_scratch, Phase::backward, j);
-        } else if (r == Recompute::selective) {
-            // GELU, ln2 and the probabilities rebuilt; the attention output for a moment in scratch.
-            f(act + 5 * x + ln_stats + att, grads + x, Phase::backward, j);
-            f(act + block.recompute_selective, grads + block_scratch, Phase::backward, j);
-        } else {
-            f(act, grads + block_scratch, Phase::backward, j);
-        }
-        act -= kept(r) + x;
-    }
-    f(act, grads, Phase::embedding_backward, -1);
+    return f.template operator()<precision::Fp16<DynamicLossScaler>>();
 }
 
-}  // namespace detail
+// The activation peak of one GPT forward + backward at (B, T) under `modes`,
+// measured on snug::Meter (nn/activation_peak.hpp).
+inline std::size_t gpt_activation_peak(const GPTConfig& c, PrecisionKind precision, int B, int T,
+                                       std::span<const Recompute> modes) {
+    return with_precision(precision, [&]<class P>() {
+        return metered_activation_peak<GPT<typename P::compute_type, Meter>>(c, B, T, modes);
+    });
+}
 
-// The peak of every category and of the total over training (updates of n
-// micro-batches: forward, backward, unscale, gradient norm, AdamW),
-// evaluation at (B, T), and sampling when the input has a window. Exact to
-// the byte against the host tracker (tests/host/planner_test.cpp); on CUDA
-// the driver also counts what the tracker does not see (context, arena
-// chunks, allocation rounding).
-inline MemoryPlan predict_memory(const MemoryPlanInput& in) {
-    in.validate();
-    const GPTConfig& c = in.model;
-    const std::vector<Recompute> modes = in.modes();
-    const std::size_t A = compute_bytes(in.precision);
-    const auto P = static_cast<std::size_t>(c.num_parameters());
-    const std::size_t B = static_cast<std::size_t>(in.micro_batch), T = static_cast<std::size_t>(in.seq);
-    const std::size_t ids = static_cast<std::size_t>(in.accumulation) * B * T * sizeof(std::int32_t);
-    const std::size_t window = static_cast<std::size_t>(in.sampling_window) * sizeof(std::int32_t);
+// What training `Model` (any device; a MeterableModel such as GPT or a
+// user's model) built from `config` under `Precision` holds, per category and
+// in total, with what the device reserves: the run RunShape describes,
+// measured on the model's Meter twin. Shapes the model refuses throw its own
+// errors.
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
+    using MeterModel = typename Model::template on_device<Meter>;
+    if (in.micro_batch < 1 || in.seq < 1 || in.accumulation < 1 || in.sampling_window < 0)
+        throw ConfigError("memory plan: micro-batch " + std::to_string(in.micro_batch) + ", seq " +
+                          std::to_string(in.seq) + ", accumulation " + std::to_string(in.accumulation) +
+                          " must be at least 1 and the sampling window " + std::to_string(in.sampling_window) +
+                          " at least 0");
+    const DeviceReservation device = in.device.value_or(DeviceReservation{});
+    meter::Ledger ledger(device.granularity);
+    MemoryTracker tracker;
+    const Meter dev{};
+    Buffer<std::byte, Meter> backend(tracker, MemoryCategory::workspace, in.backend_workspace, "cuBLASLt workspace");
+    ActivationArena<Meter> activations(tracker);
+    ActivationArena<Meter> scratch(tracker, ActivationArena<Meter>::default_chunk_bytes, MemoryCategory::temporaries);
+    Context<Meter> ctx{dev, activations, scratch};
 
-    MemoryBreakdown held{};  // what lives from before the first update to the end
-    auto at = [](MemoryBreakdown& m, MemoryCategory cat) -> std::size_t& { return m[static_cast<std::size_t>(cat)]; };
-    at(held, MemoryCategory::parameters) = P * A;
-    at(held, MemoryCategory::gradients) = P * sizeof(float);
-    at(held, MemoryCategory::master_weights) = keeps_master_weights(in.precision) ? P * sizeof(float) : 0;
-    at(held, MemoryCategory::optimizer_state) = 2 * P * sizeof(float);
-    // cuBLASLt's workspace, the token and target ids, the gradient-norm scalar, the overflow flag.
-    at(held, MemoryCategory::workspace) = in.backend_workspace + 2 * ids + 2 * sizeof(float);
-    std::size_t held_total = 0;
-    for (std::size_t v : held) held_total += v;
+    MeterModel model(config, tracker);
+    const std::size_t BT = static_cast<std::size_t>(in.micro_batch) * static_cast<std::size_t>(in.seq);
+    const std::size_t ids = static_cast<std::size_t>(in.accumulation) * BT;
+    Buffer<std::int32_t, Meter> tokens(tracker, MemoryCategory::workspace, ids, "token ids");
+    Buffer<std::int32_t, Meter> targets(tracker, MemoryCategory::workspace, ids, "target ids");
+    TrainStep<MeterModel, Precision, accumulate::Steps, checkpoint::Given> step(
+        model, tracker, dev, TrainConfig{}, Precision{}, accumulate::Steps(in.accumulation),
+        checkpoint::Given{in.modes(model.num_blocks())});
+    std::vector<MicroBatch> batches;
+    for (std::size_t m = 0; m < static_cast<std::size_t>(in.accumulation); ++m)
+        batches.push_back({tokens.data() + m * BT, targets.data() + m * BT});
+
+    // Each phase that raises the peak names the moment.
+    std::string moment = "before training: when \"" + tracker.peak_allocation() + "\" is allocated";
+    auto phase = [&](const char* name, auto&& run) {
+        const std::size_t before = tracker.peak_total();
+        run();
+        if (tracker.peak_total() > before)
+            moment = std::string(name) + ": when \"" + tracker.peak_allocation() + "\" is allocated";
+    };
+    phase("training", [&] { (void)step.step(ctx, batches, in.micro_batch, in.seq, 0.0f); });
+    // Evaluation and sampling, for a model that has them (GPT does).
+    if constexpr (requires { model.evaluate(ctx, tokens.data(), targets.data(), 1, 1); })
+        phase("evaluation", [&] { (void)model.evaluate(ctx, tokens.data(), targets.data(), in.micro_batch, in.seq); });
+    if constexpr (!requires { model.release(ctx); }) {
+        if (in.sampling_window > 0)
+            throw ConfigError("memory plan: a sampling window for a model without release() (no sampling pass)");
+    } else if (in.sampling_window > 0) {
+        phase("sampling", [&] {
+            Buffer<std::int32_t, Meter> window(tracker, MemoryCategory::workspace,
+                                               static_cast<std::size_t>(in.sampling_window), "sampling window");
+            (void)model.forward(ctx, window.data(), nullptr, 1, in.sampling_window, 0.0f);
+            model.release(ctx);
+        });
+    }
 
     MemoryPlan plan;
-    plan.peak = held;
-    plan.total = held_total;
-    plan.at_total_peak = held;
-    plan.peak_moment = "start";
-    std::size_t act_peak = 0, tmp_peak = 0;
-    bool sampling = false;
-    std::size_t extra = 0;  // the sampling window while sampling
-    auto visit = [&](std::size_t act, std::size_t tmp, detail::Phase phase, int block) {
-        act_peak = std::max(act_peak, act);
-        tmp_peak = std::max(tmp_peak, tmp);
-        const std::size_t total = held_total + extra + act + tmp;
-        if (total > plan.total) {  // the first moment to reach it, as the tracker records
-            plan.total = total;
-            plan.at_total_peak = held;
-            at(plan.at_total_peak, MemoryCategory::workspace) += extra;
-            at(plan.at_total_peak, MemoryCategory::activations) = act;
-            at(plan.at_total_peak, MemoryCategory::temporaries) = tmp;
-            plan.peak_moment = detail::phase_text(phase, block, block >= 0 ? modes[static_cast<std::size_t>(block)]
-                                                                           : Recompute::none,
-                                                  sampling);
-        }
-    };
-    // Every micro-batch and every update repeats the first one's moments;
-    // evaluation's forward repeats the training forward's.
-    detail::gpt_pass_moments(c, in.micro_batch, in.seq, modes, A, true, true, visit);
-    if (window > 0) {
-        sampling = true;
-        extra = window;
-        detail::gpt_pass_moments(c, 1, in.sampling_window, modes, A, false, false, visit);
-        at(plan.peak, MemoryCategory::workspace) += window;
-    }
-    // The activations' own account (gpt_memory.hpp); the walk above agrees with it.
-    at(plan.peak, MemoryCategory::activations) =
-        std::max(gpt_activation_peak(c, in.micro_batch, in.seq, modes, A), act_peak);
-    at(plan.peak, MemoryCategory::temporaries) = tmp_peak;
+    for (MemoryCategory c : all_memory_categories) plan.peak[static_cast<std::size_t>(c)] = tracker.peak(c);
+    plan.total = tracker.peak_total();
+    plan.at_total_peak = tracker.peak_breakdown();
+    plan.peak_moment = moment;
+    plan.reserved = ledger.peak_bytes() + device.context;
+    plan.required = in.device ? plan.reserved : plan.total;
     return plan;
+}
+
+// The peak of every category and of the total over training (an update of n
+// micro-batches: forward, backward, unscale, gradient norm, AdamW),
+// evaluation at (B, T), and sampling when the input has a window, measured by
+// running them on snug::Meter; exact to the byte against the host tracker
+// (tests/host/planner_test.cpp). `reserved` adds what the tracker does not
+// see: arena chunks, the device's allocation granularity, its context.
+inline MemoryPlan predict_memory(const MemoryPlanInput& in) {
+    in.validate();
+    return with_precision(in.precision, [&]<class P>() {
+        return predict_training_memory<GPT<typename P::compute_type, Meter>, P>(in.model, in);
+    });
 }
 
 // How much the total peak grows per extra sequence in the micro-batch (at the
@@ -328,7 +312,7 @@ inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
     MemoryPlanInput probe = in;
     auto fits = [&](int B) {
         probe.micro_batch = B;
-        return predict_memory(probe).total <= budget;
+        return predict_memory(probe).required <= budget;
     };
     if (!fits(1)) return 0;
     constexpr int cap = 1 << 24;
@@ -354,9 +338,8 @@ inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
 template <CheckpointPolicy Policy>
 std::vector<Recompute> plan_recompute(const Policy& policy, const GPTConfig& c, PrecisionKind precision, int B,
                                       int T) {
-    const std::size_t A = compute_bytes(precision);
     CheckpointQuery query{c.n_layer, [&](std::span<const Recompute> modes) {
-                              return gpt_activation_peak(c, B, T, modes, A);
+                              return gpt_activation_peak(c, precision, B, T, modes);
                           }};
     query.selective_available = true;  // GPT's blocks recompute selectively (GPT::supports_selective)
     return policy.plan(query);
@@ -448,12 +431,11 @@ inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c
 inline std::size_t activation_budget(const MemoryPlanInput& in, std::size_t budget) {
     in.validate();
     const GPTConfig& c = in.model;
-    const std::size_t A = compute_bytes(in.precision);
     // Budget's candidates in its order: with a budget of 0 it asks about each, then gives up.
     std::vector<std::vector<Recompute>> tried;
     CheckpointQuery recorder{c.n_layer, [&](std::span<const Recompute> modes) {
                                  tried.emplace_back(modes.begin(), modes.end());
-                                 return gpt_activation_peak(c, in.micro_batch, in.seq, modes, A);
+                                 return gpt_activation_peak(c, in.precision, in.micro_batch, in.seq, modes);
                              }};
     try {
         (void)checkpoint::Budget(0).plan(recorder);
@@ -463,9 +445,9 @@ inline std::size_t activation_budget(const MemoryPlanInput& in, std::size_t budg
     MemoryPlanInput probe = in;
     std::size_t smallest = static_cast<std::size_t>(-1);
     for (const std::vector<Recompute>& modes : tried) {
-        const std::size_t activation_bytes = gpt_activation_peak(c, in.micro_batch, in.seq, modes, A);
+        const std::size_t activation_bytes = gpt_activation_peak(c, in.precision, in.micro_batch, in.seq, modes);
         probe.recompute = plan_recompute(checkpoint::Budget(activation_bytes), c, in.precision, in.micro_batch, in.seq);
-        const std::size_t total = predict_memory(probe).total;
+        const std::size_t total = predict_memory(probe).required;
         if (total <= budget) return activation_bytes;
         smallest = std::min(smallest, total);
     }
@@ -517,7 +499,7 @@ struct BudgetPlan {
             return out.str();
         }
         out << "choice: micro-batch " << micro_batch << " x accumulation " << accumulation << ", checkpoint "
-            << checkpoint << ", predicted peak " << format_bytes(memory.total);
+            << checkpoint << ", predicted peak " << format_bytes(memory.required);
         if (next_micro_batch)
             out << " (micro-batch " << *next_micro_batch << " would need " << format_bytes(*next_micro_batch_bytes)
                 << ")";
@@ -556,12 +538,12 @@ inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch,
             probe.micro_batch = divisors[i];
             probe.accumulation = wanted_batch / divisors[i];
             const MemoryPlan m = predict_memory(probe);
-            if (m.total > budget) {
-                if (i + 1 == divisors.size()) t.bytes = m.total;  // micro-batch 1
+            if (m.required > budget) {
+                if (i + 1 == divisors.size()) t.bytes = m.required;  // micro-batch 1
                 continue;
             }
             t.micro_batch = divisors[i];
-            t.bytes = m.total;
+            t.bytes = m.required;
             plan.fits = true;
             plan.checkpoint = candidate.name;
             plan.recompute = candidate.recompute;
@@ -573,7 +555,7 @@ inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch,
                 next.micro_batch = divisors[i - 1];
                 next.accumulation = wanted_batch / divisors[i - 1];
                 plan.next_micro_batch = divisors[i - 1];
-                plan.next_micro_batch_bytes = predict_memory(next).total;
+                plan.next_micro_batch_bytes = predict_memory(next).required;
             }
             break;
         }
@@ -619,7 +601,7 @@ struct ModelFit {
         }
         out << "depth " << depth << " (" << model.n_layer << " layers, " << model.n_head << " heads, "
             << model.channels << " channels, " << model.num_parameters() << " parameters), checkpoint "
-            << checkpoint << ", predicted peak " << format_bytes(memory.total) << "; depth " << depth + 1
+            << checkpoint << ", predicted peak " << format_bytes(memory.required) << "; depth " << depth + 1
             << " needs at least " << format_bytes(next_depth_bytes) << "\n";
         return out.str();
     }
@@ -643,8 +625,8 @@ inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryP
         for (const CheckpointCandidate& candidate : checkpoint_candidates(probe.model, base.precision, 1, base.seq)) {
             probe.recompute = candidate.recompute;
             const MemoryPlan m = predict_memory(probe);
-            least = std::min(least, m.total);
-            if (!found && m.total <= budget) {
+            least = std::min(least, m.required);
+            if (!found && m.required <= budget) {
                 found = true;
                 fit.depth = depth;
                 fit.model = probe.model;
@@ -666,7 +648,7 @@ inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryP
 inline std::string memory_forecast(const MemoryPlanInput& in, std::optional<std::size_t> budget) {
     const MemoryPlan plan = predict_memory(in);
     std::ostringstream out;
-    out << "predicted memory peak " << format_bytes(plan.total) << " at the " << plan.peak_moment
+    out << "predicted memory peak " << format_bytes(plan.required) << " (" << plan.peak_moment << ")"
         << "; memory per sequence " << format_bytes(bytes_per_sequence(in)) << " (T = " << in.seq << ")";
     if (budget) {
         const int b = largest_micro_batch(in, *budget);
@@ -674,7 +656,7 @@ inline std::string memory_forecast(const MemoryPlanInput& in, std::optional<std:
         if (b == 0) {
             MemoryPlanInput one = in;
             one.micro_batch = 1;
-            out << "none (micro-batch 1 needs " << format_bytes(predict_memory(one).total) << ")";
+            out << "none (micro-batch 1 needs " << format_bytes(predict_memory(one).required) << ")";
         } else {
             out << b;
         }

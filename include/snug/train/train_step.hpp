@@ -27,6 +27,7 @@
 #include "snug/checkpoint/policies.hpp"
 #include "snug/core/buffer.hpp"
 #include "snug/core/memory_tracker.hpp"
+#include "snug/nn/activation_peak.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/ops.hpp"
@@ -36,7 +37,8 @@
 
 namespace snug {
 
-// What TrainStep needs from a model (GPT models it; so can a user's).
+// What TrainStep needs from a model (GPT models it; so can a user's:
+// examples/custom_layer).
 template <class M>
 concept TrainableModel = requires(M& m, const M& cm, Context<typename M::device_type>& ctx, const std::int32_t* ids,
                                   std::span<const Recompute> modes) {
@@ -51,7 +53,8 @@ concept TrainableModel = requires(M& m, const M& cm, Context<typename M::device_
     { cm.parameter_groups() } -> std::same_as<std::vector<ParameterGroup>>;
     { cm.num_blocks() } -> std::convertible_to<int>;
     m.set_recompute(modes);
-    { cm.predict_activation_peak(1, 1, modes) } -> std::convertible_to<std::size_t>;
+    // The checkpoint policies' question is answered on the model's Meter twin.
+    requires MeterableModel<M>;
 };
 
 // One micro-batch: token ids and next-token targets, (B, T) each, in the
@@ -101,6 +104,21 @@ public:
           model_(model),
           config_(config),
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw, initial_weights),
+          grad_norm_(tracker),
+          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag") {}
+
+    // The optimizer's master weights start from the model's working weights
+    // (widened to fp32 on the device): nothing of the model's size on the
+    // host, which is how the planner builds a step on snug::Meter.
+    TrainStep(Model& model, MemoryTracker& tracker, const D& dev, TrainConfig config = {}, Precision precision = {},
+              Accumulation accumulation = {}, Checkpoint checkpoint = {})
+        : Precision(std::move(precision)),
+          Accumulation(std::move(accumulation)),
+          Checkpoint(std::move(checkpoint)),
+          model_(model),
+          config_(config),
+          optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
+                     static_cast<const Act*>(model.parameters())),
           grad_norm_(tracker),
           found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag") {}
 
@@ -162,7 +180,7 @@ private:
     void plan_recompute(int B, int T) {
         if (B == planned_B_ && T == planned_T_) return;
         CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
-                                  return static_cast<std::size_t>(model_.predict_activation_peak(B, T, modes));
+                                  return predict_activation_peak(model_, B, T, modes);
                               }};
         // A model says whether its blocks recompute selectively; one that does not say, cannot.
         if constexpr (requires(const Model& m) { m.supports_selective(); })
