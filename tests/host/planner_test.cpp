@@ -238,6 +238,47 @@ TEST_CASE("categories that a hand count gives") {
     CHECK(plan.report().find("optimizer state") != std::string::npos);
 }
 
+TEST_CASE("what the device reserves: arena chunks whole, each allocation at the device's granularity, the context") {
+    // The hand-counted run above: 18 P bytes of weights and optimizer state,
+    // 1456 bytes of workspace in 11 allocations (cuBLASLt, params, grads,
+    // master, two moments, token and target ids, two scalars, the window),
+    // and one 64 MiB chunk for each arena.
+    const GPTConfig c = shape(64, 16, 2, 2, 16);
+    MemoryPlanInput in = plan_input(c, PrecisionKind::bf16, 2, 8, 3, {}, 1000, 16);
+    const std::size_t chunks = 2 * (std::size_t{64} << 20);
+    const snug::MemoryPlan host = snug::predict_memory(in);
+    CHECK(host.reserved == 18 * 7872 + 1456 + chunks);
+    CHECK(host.required == host.total);  // no device: the tracker's bytes are what a budget limits
+    in.device = snug::cuda_reservation;
+    const snug::MemoryPlan cuda = snug::predict_memory(in);
+    CHECK(cuda.total == host.total);  // the tracker sees the same bytes
+    CHECK(cuda.reserved == 11 * (std::size_t{2} << 20) + chunks + (std::size_t{512} << 20));
+    CHECK(cuda.required == cuda.reserved);
+    CHECK(cuda.report().find("device reserves") != std::string::npos);
+    // A budget is checked against what the card reserves.
+    CHECK(snug::largest_micro_batch(in, cuda.reserved - 1) == 0);
+    CHECK(snug::largest_micro_batch(in, cuda.reserved) >= 2);
+}
+
+TEST_CASE("planning needs nothing of the model's size: GPT-2 XL in fp32 is 16 bytes a parameter, none of them real") {
+    // 1.56 B parameters: 25 GB of weights, gradients and moments, more than
+    // this machine has. The Meter run allocates none of it.
+    GPTConfig c = GPTConfig{}.with_vocab(50257).with_context(1024);
+    c.n_layer = 48;
+    c.n_head = 25;
+    c.channels = 1600;
+    const auto P = static_cast<std::size_t>(c.num_parameters());
+    REQUIRE(P > std::size_t{1500} * 1000 * 1000);
+    const MemoryPlanInput in = plan_input(c, PrecisionKind::fp32, 1, 1024, 1, {}, 0, 0);
+    const snug::MemoryPlan plan = snug::predict_memory(in);
+    CHECK(plan[MemoryCategory::parameters] == 4 * P);
+    CHECK(plan[MemoryCategory::gradients] == 4 * P);
+    CHECK(plan[MemoryCategory::optimizer_state] == 8 * P);
+    CHECK(plan[MemoryCategory::master_weights] == 0);
+    CHECK(plan.total > 16 * P);
+    CHECK(plan.peak_moment.find("training") != std::string::npos);
+}
+
 TEST_CASE("memory per sequence is what one more sequence adds to the measured peak") {
     const GPTConfig c = shape(64, 16, 2, 2, 16);
     MemoryPlanInput in = plan_input(c, PrecisionKind::fp16, 2, 8, 2, std::vector<Recompute>{Recompute::selective, Recompute::full}, 0, 0);
