@@ -12,7 +12,7 @@
 #include "snug/core/buffer.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/meter/device.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 
 using snug::Meter;
 using snug::MemoryCategory;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "snug/core/half.hpp"
+#include "snug/nn/gpt_parameters.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/optim/grad_norm.hpp"
 

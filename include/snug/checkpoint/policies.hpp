@@ -19,7 +19,7 @@
 
 #include "snug/core/bytes.hpp"
 #include "snug/core/error.hpp"
-#include "snug/nn/layer_stack.hpp"
+#include "snug/checkpoint/recompute.hpp"
 
 namespace snug {
 

@@ -29,7 +29,7 @@
 #include "snug/nn/context.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/transformer_block.hpp"
 

@@ -12,6 +12,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/optim/parameter_group.hpp"
 
 namespace snug {
 
@@ -127,13 +128,6 @@ inline bool gpt_tensor_decays(GPTTensor t) {
         default: return false;
     }
 }
-
-// A range of the parameter buffer and whether weight decay applies to it.
-struct ParameterGroup {
-    std::int64_t offset;
-    std::int64_t count;
-    bool decay;
-};
 
 // GPT's groups: 2-D weights (embeddings and matmuls) decay; biases and
 // LayerNorm parameters do not. Neighbouring tensors of the same kind merge.

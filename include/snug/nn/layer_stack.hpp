@@ -12,27 +12,12 @@
 #include <vector>
 
 #include "snug/core/tensor.hpp"
+#include "snug/checkpoint/recompute.hpp"
 #include "snug/nn/checkpointed.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer.hpp"
 
 namespace snug {
-
-// How much of a layer's forward is kept for backward.
-enum class Recompute : std::uint8_t {
-    none,       // keep everything the layer saves
-    selective,  // keep the expensive part (GEMM outputs), recompute the cheap rest
-    full,       // keep nothing: the whole forward runs again in backward
-};
-
-inline const char* recompute_name(Recompute r) {
-    switch (r) {
-        case Recompute::none: return "none";
-        case Recompute::selective: return "selective";
-        case Recompute::full: return "full";
-    }
-    return "?";
-}
 
 // A layer that can keep only part of its activations: set_selective(true)
 // makes its forward keep the expensive part and its backward recompute the rest.

@@ -9,7 +9,7 @@
 #include "snug/core/tensor.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 
 namespace snug {
 

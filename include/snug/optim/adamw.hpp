@@ -11,8 +11,8 @@
 #include "snug/core/buffer.hpp"
 #include "snug/core/error.hpp"
 #include "snug/core/memory_tracker.hpp"
-#include "snug/nn/gpt_parameters.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
+#include "snug/optim/parameter_group.hpp"
 
 namespace snug {
 

@@ -8,7 +8,7 @@
 
 #include "snug/core/buffer.hpp"
 #include "snug/core/memory_tracker.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 
 namespace snug {
 

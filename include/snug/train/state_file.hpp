@@ -118,7 +118,7 @@
 #include "snug/core/error.hpp"
 #include "snug/io/file.hpp"
 #include "snug/nn/gpt_config.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/precision/loss_scaler.hpp"
 #include "snug/train/train_step.hpp"

@@ -30,7 +30,7 @@
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
-#include "snug/nn/ops.hpp"
+#include "snug/ops/kernels.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/optim/grad_norm.hpp"
 #include "snug/precision/policies.hpp"
