@@ -14,8 +14,9 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/norms.cuh"
+#include "snug/ops/adamw.hpp"
 
 namespace snug::cuda {
 
@@ -80,8 +81,7 @@ void adamw_update(const Device& dev, float* master,  // (n) fp32 master weights
                   float* v,                          // (n) second moment
                   std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                   float grad_scale) {
-    detail::check_sizes("adamw_update", {{"n", n}});
-    if (step < 1) throw ConfigError("adamw_update: step = " + std::to_string(step) + ", but steps count from 1");
+    ops::check_adamw(n, step);
     if (n == 0) return;
     const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
     const double bias_correction2 = 1.0 - std::pow(double(beta2), step);

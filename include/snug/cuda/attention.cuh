@@ -32,10 +32,11 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
+#include "snug/ops/attention.hpp"
 
 namespace snug::cuda {
 
@@ -280,12 +281,10 @@ __global__ void __launch_bounds__(attention_tile * attention_key_rows)
     }
 }
 
+// The shared contract (ops/attention.hpp), then this backend's own limit:
+// the kernels index query rows with int.
 inline void check_attention(const char* op, int B, int T_, int C, int NH) {
-    check_sizes(op, {{"B", B}, {"T", T_}, {"C", C}, {"NH", NH}});
-    if (NH == 0 || C == 0 || C % NH != 0) {
-        throw ShapeError(std::string(op) + ": C = " + std::to_string(C) + " is not a positive multiple of NH = " +
-                         std::to_string(NH));
-    }
+    ops::check_attention(op, B, T_, C, NH);
     if (std::int64_t{B} * NH * T_ > INT_MAX) {
         throw ShapeError(std::string(op) + ": B * NH * T = " + std::to_string(std::int64_t{B} * NH * T_) +
                          " (B = " + std::to_string(B) + ", NH = " + std::to_string(NH) + ", T = " +

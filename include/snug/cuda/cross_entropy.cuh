@@ -12,10 +12,11 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
+#include "snug/ops/cross_entropy.hpp"
 
 namespace snug::cuda {
 
@@ -128,13 +129,8 @@ void softmax_cross_entropy(const Device& dev, float* losses,  // (N)
                            const std::int32_t* targets,       // (N)
                            std::int64_t N, int V, int Vp, float dloss) {
     constexpr const char* op = "softmax_cross_entropy";
-    detail::check_sizes(op, {{"N", N}, {"V", V}, {"Vp", Vp}});
-    if (V > Vp) {
-        throw ShapeError(std::string(op) + ": V = " + std::to_string(V) + " is larger than the padded Vp = " +
-                         std::to_string(Vp));
-    }
+    ops::check_cross_entropy(op, N, V, Vp);
     if (N == 0) return;
-    if (V == 0) throw ShapeError(std::string(op) + ": V = 0 classes for N = " + std::to_string(N) + " rows");
     const auto blocks = static_cast<unsigned>(N < (std::int64_t{1} << 20) ? N : (std::int64_t{1} << 20));
     launch<detail::softmax_cross_entropy_kernel<T>>(blocks, detail::cross_entropy_threads, 0, dev.stream, losses,
                                                     logits, targets, N, V, Vp, dloss);

@@ -21,6 +21,7 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
+#include "snug/ops/sizes.hpp"
 
 namespace snug::cuda {
 
@@ -30,21 +31,6 @@ template <class T>
 concept CudaFloat = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
 
 namespace detail {
-
-// Throws ShapeError "<op>: negative size (name = value, ...)" when any of the
-// named sizes is negative (the host kernels' message, checked before launch).
-inline void check_sizes(const char* op, std::initializer_list<std::pair<const char*, std::int64_t>> sizes) {
-    bool bad = false;
-    for (const auto& s : sizes) bad = bad || s.second < 0;
-    if (!bad) return;
-    std::string msg = std::string(op) + ": negative size (";
-    bool first = true;
-    for (const auto& [name, value] : sizes) {
-        msg += (first ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
-        first = false;
-    }
-    throw ShapeError(msg + ")");
-}
 
 inline constexpr int elementwise_block = 256;
 // At most this many blocks (about a million threads, enough to keep any
@@ -165,7 +151,7 @@ void residual_forward(const Device& dev, T* out,  // (n)
                       const T* a,                 // (n)
                       const T* b,                 // (n)
                       std::int64_t n) {
-    detail::check_sizes("residual_forward", {{"n", n}});
+    ops::check_non_negative("residual_forward", {{"n", n}});
     if (n > 0) detail::map2(dev, out, a, b, n, detail::Add{});
 }
 
@@ -174,7 +160,7 @@ template <CudaFloat T>
 void add_inplace(const Device& dev, T* dst,  // (n)
                  const T* src,               // (n)
                  std::int64_t n) {
-    detail::check_sizes("add_inplace", {{"n", n}});
+    ops::check_non_negative("add_inplace", {{"n", n}});
     if (n > 0) detail::map2(dev, dst, dst, src, n, detail::Add{});
 }
 
@@ -182,7 +168,7 @@ void add_inplace(const Device& dev, T* dst,  // (n)
 template <CudaFloat T>
 void scale_inplace(const Device& dev, T* x,  // (n)
                    std::int64_t n, float s) {
-    detail::check_sizes("scale_inplace", {{"n", n}});
+    ops::check_non_negative("scale_inplace", {{"n", n}});
     if (n > 0) detail::map1(dev, x, x, n, detail::Scale{s});
 }
 
@@ -194,7 +180,7 @@ template <CudaFloat Dst, CudaFloat Src>
 void cast(const Device& dev, Dst* out,  // (n)
           const Src* in,                // (n)
           std::int64_t n) {
-    detail::check_sizes("cast", {{"n", n}});
+    ops::check_non_negative("cast", {{"n", n}});
     if (n == 0) return;
     if constexpr (std::same_as<Dst, Src>) {
         if (out != in)

@@ -13,10 +13,11 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
+#include "snug/ops/encoder.hpp"
 
 namespace snug::cuda {
 
@@ -186,8 +187,10 @@ __global__ void __launch_bounds__(encoder_threads)
     flush();
 }
 
+// The shared contract (ops/encoder.hpp), then this backend's own limit: the
+// kernels index rows with int.
 inline void check_encoder(const char* op, int B, int T_, int C) {
-    check_sizes(op, {{"B", B}, {"T", T_}, {"C", C}});
+    ops::check_encoder(op, B, T_, C);
     if (std::int64_t{B} * T_ > INT_MAX) {
         throw ShapeError(std::string(op) + ": B * T = " + std::to_string(std::int64_t{B} * T_) + " (B = " +
                          std::to_string(B) + ", T = " + std::to_string(T_) + ") rows is more than 2^31 - 1");

@@ -34,7 +34,7 @@ template <CudaFloat T>
 void gelu_forward(const Device& dev, T* out,  // (n)
                   const T* inp,               // (n)
                   std::int64_t n) {
-    detail::check_sizes("gelu_forward", {{"n", n}});
+    ops::check_non_negative("gelu_forward", {{"n", n}});
     if (n > 0) detail::map1(dev, out, inp, n, detail::GeluForward{});
 }
 
@@ -44,7 +44,7 @@ void gelu_backward(const Device& dev, T* dinp,  // (n)
                    const T* inp,                // (n)
                    const T* dout,               // (n)
                    std::int64_t n) {
-    detail::check_sizes("gelu_backward", {{"n", n}});
+    ops::check_non_negative("gelu_backward", {{"n", n}});
     if (n > 0) detail::map2(dev, dinp, inp, dout, n, detail::GeluBackward{});
 }
 

@@ -12,10 +12,11 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, check_sizes
+#include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
+#include "snug/ops/layernorm.hpp"
 
 namespace snug::cuda {
 
@@ -23,7 +24,8 @@ namespace detail {
 
 // T (every kernel template below): float, snug::bfloat16 or snug::half; math in fp32.
 
-inline constexpr float layernorm_eps = 1e-5f;
+// The shared epsilon (ops/layernorm.hpp), as the float the kernels add.
+inline constexpr float layernorm_eps = static_cast<float>(ops::layernorm_eps);
 // Row kernels: one warp per row, this many rows per block.
 inline constexpr int layernorm_rows_per_block = 8;
 // Parameter-gradient kernel: a block of 32 channels x this many row lanes.
@@ -151,11 +153,6 @@ __global__ void __launch_bounds__(32 * layernorm_row_lanes)
     }
 }
 
-inline void check_layernorm(const char* op, std::int64_t N, int C) {
-    check_sizes(op, {{"N", N}, {"C", C}});
-    if (C == 0) throw ShapeError(std::string(op) + ": C = 0 (a row to normalise needs at least one element)");
-}
-
 inline unsigned layernorm_row_blocks(std::int64_t N) {
     return grid_stride_blocks(N, layernorm_rows_per_block, std::int64_t{1} << 20);
 }
@@ -174,7 +171,7 @@ void layernorm_forward(const Device& dev, T* out,  // (N, C)
                        const T* weight,            // (C)
                        const T* bias,              // (C)
                        std::int64_t N, int C) {
-    detail::check_layernorm("layernorm_forward", N, C);
+    ops::check_layernorm("layernorm_forward", N, C);
     if (N == 0) return;
     launch<detail::layernorm_forward_kernel<T>>(detail::layernorm_row_blocks(N), detail::layernorm_rows_per_block * 32,
                                                 0, dev.stream, out, mean, rstd, inp, weight, bias, N, C);
@@ -196,7 +193,7 @@ void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         const float* mean,           // (N)
                         const float* rstd,           // (N)
                         std::int64_t N, int C) {
-    detail::check_layernorm("layernorm_backward", N, C);
+    ops::check_layernorm("layernorm_backward", N, C);
     if (N == 0) return;
     launch<detail::layernorm_backward_input_kernel<T>>(detail::layernorm_row_blocks(N),
                                                        detail::layernorm_rows_per_block * 32, 0, dev.stream, dinp,

@@ -21,6 +21,7 @@
 #include "snug/cuda/elementwise.cuh"
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/shared_memory.hpp"
+#include "snug/ops/linear.hpp"
 
 namespace snug::cuda {
 
@@ -119,13 +120,6 @@ inline Blas& require_blas(const Device& dev, const char* op) {
     return *dev.blas;
 }
 
-// Throws snug::Error when a pointer that would be used is null.
-inline void require_pointer(const char* op, const char* name, const void* p, std::int64_t N, int C, int OC) {
-    if (p == nullptr)
-        throw Error(std::string(op) + ": " + name + " is null (N = " + std::to_string(N) + ", C = " +
-                    std::to_string(C) + ", OC = " + std::to_string(OC) + ")");
-}
-
 }  // namespace detail
 
 // out = inp weight^T + bias, on dev.stream through dev.blas. fp32
@@ -143,13 +137,8 @@ void linear_forward(const Device& dev, T* out,  // (N, OC)
                     const T* bias,              // (OC) or nullptr
                     std::int64_t N, int C, int OC) {
     constexpr const char* op = "linear_forward";
-    detail::check_sizes(op, {{"N", N}, {"C", C}, {"OC", OC}});
+    ops::check_linear_forward(op, out, inp, weight, N, C, OC);
     if (N == 0 || OC == 0) return;
-    detail::require_pointer(op, "out", out, N, C, OC);
-    if (C > 0) {
-        detail::require_pointer(op, "inp", inp, N, C, OC);
-        detail::require_pointer(op, "weight", weight, N, C, OC);
-    }
     Blas& blas = detail::require_blas(dev, op);
     if (C == 0) {  // no product: out is the bias, or zero
         if (bias != nullptr)
@@ -185,13 +174,7 @@ void linear_backward(const Device& dev, T* dinp,  // (N, C) or nullptr
                      const T* weight,             // (OC, C)
                      std::int64_t N, int C, int OC) {
     constexpr const char* op = "linear_backward";
-    detail::check_sizes(op, {{"N", N}, {"C", C}, {"OC", OC}});
-    if (N > 0 && OC > 0) detail::require_pointer(op, "dout", dout, N, C, OC);
-    if (C > 0 && OC > 0) detail::require_pointer(op, "dweight", dweight, N, C, OC);
-    if (N > 0 && C > 0 && OC > 0) {
-        detail::require_pointer(op, "inp", inp, N, C, OC);
-        if (dinp != nullptr) detail::require_pointer(op, "weight", weight, N, C, OC);
-    }
+    ops::check_linear_backward(op, dinp, dweight, dout, inp, weight, N, C, OC);
     if (N == 0) return;  // nothing to accumulate, and dinp is empty
     Blas& blas = detail::require_blas(dev, op);
     if (dinp != nullptr && C > 0) {

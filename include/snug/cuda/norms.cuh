@@ -14,7 +14,7 @@
 
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // check_sizes
+#include "snug/cuda/elementwise.cuh"
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/shared_memory.hpp"
 
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(norm_threads)
 inline void sum_squares(const Device& dev, float* out,  // scalar, device memory
                         const float* grad,              // (n)
                         std::int64_t n) {
-    detail::check_sizes("sum_squares", {{"n", n}});
+    ops::check_non_negative("sum_squares", {{"n", n}});
     const int blocks = static_cast<int>(detail::grid_stride_blocks(n, detail::norm_threads, detail::norm_max_blocks));
     double* partial = nullptr;
     check(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(double) * static_cast<std::size_t>(blocks),

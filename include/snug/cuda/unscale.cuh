@@ -10,7 +10,7 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
-#include "snug/cuda/elementwise.cuh"  // check_sizes, Vec, vec_aligned, map_blocks
+#include "snug/cuda/elementwise.cuh"  // Vec, vec_aligned, map_blocks
 
 namespace snug::cuda {
 
@@ -65,7 +65,7 @@ __global__ void unscale_and_check_kernel(float* grads,  // (n)
 inline void unscale_and_check(const Device& dev, float* grads,  // (n) multiplied in place
                               std::int64_t n, float inv_scale,
                               float* found_inf) {  // scalar, set to 1.0f on inf/NaN
-    detail::check_sizes("unscale_and_check", {{"n", n}});
+    ops::check_non_negative("unscale_and_check", {{"n", n}});
     if (n == 0) return;
     constexpr int W = detail::vec_width<float>;
     if (detail::vec_aligned<float, W>(grads)) {

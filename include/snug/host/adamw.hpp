@@ -15,6 +15,7 @@
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/host/math.hpp"
+#include "snug/ops/adamw.hpp"
 
 namespace snug::host {
 
@@ -89,10 +90,7 @@ void adamw_update(const Device&, float* master,  // (n) fp32 master weights
                   float* v,                      // (n) second moment
                   std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                   float grad_scale) {
-    detail::check_non_negative("adamw_update", {{"n", n}});
-    if (step < 1) {
-        throw ConfigError("adamw_update: step = " + std::to_string(step) + ", but steps count from 1");
-    }
+    ops::check_adamw(n, step);
     const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
     const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
     const detail::AdamWScalars k{

@@ -28,6 +28,7 @@
 #include "snug/host/gemm.hpp"
 #include "snug/host/math.hpp"
 #include "snug/host/parallel.hpp"
+#include "snug/ops/attention.hpp"
 
 namespace snug::host {
 
@@ -38,16 +39,6 @@ using attn_index = std::int64_t;
 // Rows per block of the T x T products: a block of rows [r0, r1) multiplies
 // only columns [0, r1), so about half of the upper triangle is never computed.
 inline constexpr attn_index attention_row_block = 64;
-
-// Throws ShapeError for sizes that make no sense: negative B or T, C or NH
-// not positive, or C not divisible by NH.
-inline void check_attention(const char* op, int B, int T, int C, int NH) {
-    check_non_negative(op, {{"B", B}, {"T", T}, {"C", C}, {"NH", NH}});
-    if (NH == 0 || C == 0 || C % NH != 0) {
-        throw ShapeError(std::string(op) + ": C = " + std::to_string(C) + " is not a positive multiple of NH = " +
-                         std::to_string(NH));
-    }
-}
 
 // e^x for x <= 0 in fp32, branch-free so that a loop of it vectorises:
 // exp_parts' 2^n e^r, with 2^n built from the float n + 2^23 + 127, whose
@@ -297,7 +288,7 @@ void attention_forward(const Device&, T* out,  // (B, T, C)
                        T* att,                 // (B, NH, T, T)
                        const T* qkv,           // (B, T, 3C)
                        int B, int T_, int C, int NH) {
-    detail::check_attention("attention_forward", B, T_, C, NH);
+    ops::check_attention("attention_forward", B, T_, C, NH);
     using detail::attn_index;
     const attn_index Tn = T_, Cn = C;
     if constexpr (!is_16bit_v<T>) {
@@ -336,7 +327,7 @@ void attention_backward(const Device&, T* dqkv,  // (B, T, 3C) overwritten
                         const T* qkv,            // (B, T, 3C)
                         const T* att,            // (B, NH, T, T)
                         int B, int T_, int C, int NH) {
-    detail::check_attention("attention_backward", B, T_, C, NH);
+    ops::check_attention("attention_backward", B, T_, C, NH);
     using detail::attn_index;
     const attn_index Tn = T_, Cn = C;
     if constexpr (!is_16bit_v<T>) {

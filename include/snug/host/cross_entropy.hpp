@@ -12,6 +12,7 @@
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/host/math.hpp"
+#include "snug/ops/cross_entropy.hpp"
 
 namespace snug::host {
 
@@ -102,13 +103,8 @@ void softmax_cross_entropy(const Device&, float* losses,  // (N)
                            const std::int32_t* targets,   // (N)
                            std::int64_t N, int V, int Vp, float dloss) {
     constexpr const char* op = "softmax_cross_entropy";
-    detail::check_non_negative(op, {{"N", N}, {"V", V}, {"Vp", Vp}});
-    if (V > Vp) {
-        throw ShapeError(std::string(op) + ": V = " + std::to_string(V) + " is larger than the padded Vp = " +
-                         std::to_string(Vp));
-    }
+    ops::check_cross_entropy(op, N, V, Vp);
     if (N == 0) return;
-    if (V == 0) throw ShapeError(std::string(op) + ": V = 0 classes for N = " + std::to_string(N) + " rows");
     if (losses == nullptr || logits == nullptr || targets == nullptr) {
         throw Error(std::string(op) + ": " + (losses == nullptr ? "losses" : logits == nullptr ? "logits" : "targets") +
                     " is null (N = " + std::to_string(N) + ")");

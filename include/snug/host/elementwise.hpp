@@ -37,7 +37,7 @@ void residual_forward(const Device&, T* out,  // (n)
                       const T* a,             // (n)
                       const T* b,             // (n)
                       std::int64_t n) {
-    detail::check_non_negative("residual_forward", {{"n", n}});
+    ops::check_non_negative("residual_forward", {{"n", n}});
     parallel_ranges(n, detail::elementwise_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) out[i] = from_acc<T>(to_acc(a[i]) + to_acc(b[i]));
     });
@@ -48,7 +48,7 @@ template <HostFloat T>
 void add_inplace(const Device&, T* dst,  // (n)
                  const T* src,           // (n)
                  std::int64_t n) {
-    detail::check_non_negative("add_inplace", {{"n", n}});
+    ops::check_non_negative("add_inplace", {{"n", n}});
     parallel_ranges(n, detail::elementwise_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) dst[i] = from_acc<T>(to_acc(dst[i]) + to_acc(src[i]));
     });
@@ -58,7 +58,7 @@ void add_inplace(const Device&, T* dst,  // (n)
 template <HostFloat T>
 void scale_inplace(const Device&, T* x,  // (n)
                    std::int64_t n, float s) {
-    detail::check_non_negative("scale_inplace", {{"n", n}});
+    ops::check_non_negative("scale_inplace", {{"n", n}});
     const acc_t<T> scale = s;
     parallel_ranges(n, detail::elementwise_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) x[i] = from_acc<T>(to_acc(x[i]) * scale);
@@ -74,7 +74,7 @@ void cast(const Device&, Dst* out,  // (n)
           std::int64_t n) {
     static_assert(!(is_16bit_v<Dst> && std::same_as<Src, double>),
                   "snug::host::cast: double -> 16-bit would round twice (through float); cast to float first");
-    detail::check_non_negative("cast", {{"n", n}});
+    ops::check_non_negative("cast", {{"n", n}});
     parallel_ranges(n, detail::elementwise_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) out[i] = detail::convert<Dst>(in[i]);
     });

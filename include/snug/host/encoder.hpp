@@ -9,13 +9,14 @@
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/host/math.hpp"
+#include "snug/ops/encoder.hpp"
 
 namespace snug::host {
 
 namespace detail {
 
 inline void check_encoder(const char* op, const std::int32_t* tokens, int B, int T, int C) {
-    check_non_negative(op, {{"B", B}, {"T", T}, {"C", C}});
+    ops::check_encoder(op, B, T, C);
     const std::int64_t n = std::int64_t{B} * T;
     for (std::int64_t i = 0; i < n; ++i) {
         if (tokens[i] < 0) {

@@ -67,7 +67,7 @@ void gelu_forward(const Device&, T* out,  // (n)
                   const T* inp,           // (n)
                   std::int64_t n) {
     using A = acc_t<T>;
-    detail::check_non_negative("gelu_forward", {{"n", n}});
+    ops::check_non_negative("gelu_forward", {{"n", n}});
     parallel_ranges(n, detail::gelu_grain, [&](std::int64_t begin, std::int64_t end) {
         A x[detail::gelu_chunk];
         A arg[detail::gelu_chunk];
@@ -88,7 +88,7 @@ void gelu_backward(const Device&, T* dinp,  // (n)
                    const T* dout,           // (n)
                    std::int64_t n) {
     using A = acc_t<T>;
-    detail::check_non_negative("gelu_backward", {{"n", n}});
+    ops::check_non_negative("gelu_backward", {{"n", n}});
     parallel_ranges(n, detail::gelu_grain, [&](std::int64_t begin, std::int64_t end) {
         A x[detail::gelu_chunk];
         A xc[detail::gelu_chunk];

@@ -16,11 +16,9 @@
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/host/math.hpp"
+#include "snug/ops/layernorm.hpp"
 
 namespace snug::host {
-
-// PyTorch's default LayerNorm epsilon.
-inline constexpr double layernorm_eps = 1e-5;
 
 // The element type of LayerNorm's saved statistics for activations of type T:
 // float, or acc_t<T> (the same thing except for T = double).
@@ -28,11 +26,6 @@ template <class S, class T>
 concept LayerNormStat = std::same_as<S, float> || std::same_as<S, acc_t<T>>;
 
 namespace detail {
-
-inline void check_layernorm(const char* op, std::int64_t N, int C) {
-    check_non_negative(op, {{"N", N}, {"C", C}});
-    if (C == 0) throw ShapeError(std::string(op) + ": C = 0 (a row to normalise needs at least one element)");
-}
 
 // Rows per parallel task so that a task is some tens of microseconds of work.
 inline std::int64_t layernorm_row_grain(int C) {
@@ -52,7 +45,7 @@ void layernorm_forward(const Device&, T* out,  // (N, C)
                        const T* bias,          // (C)
                        std::int64_t N, int C) {
     using A = acc_t<T>;
-    detail::check_layernorm("layernorm_forward", N, C);
+    ops::check_layernorm("layernorm_forward", N, C);
     parallel_ranges(N, detail::layernorm_row_grain(C), [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t n = begin; n < end; ++n) {
             const T* x = inp + n * C;
@@ -62,7 +55,7 @@ void layernorm_forward(const Device&, T* out,  // (N, C)
                               return d * d;
                           }) /
                           static_cast<A>(C);
-            const A rs = A(1) / std::sqrt(var + static_cast<A>(layernorm_eps));
+            const A rs = A(1) / std::sqrt(var + static_cast<A>(ops::layernorm_eps));
             T* o = out + n * C;
             for (int c = 0; c < C; ++c) {
                 o[c] = from_acc<T>((to_acc(x[c]) - m) * rs * to_acc(weight[c]) + to_acc(bias[c]));
@@ -89,7 +82,7 @@ void layernorm_backward(const Device&, T* dinp,  // (N, C) +=
                         const S* rstd,           // (N)
                         std::int64_t N, int C) {
     using A = acc_t<T>;
-    detail::check_layernorm("layernorm_backward", N, C);
+    ops::check_layernorm("layernorm_backward", N, C);
     const A inv_c = A(1) / static_cast<A>(C);
 
     // dinp: rows are independent.

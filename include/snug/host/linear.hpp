@@ -15,20 +15,11 @@
 #include "snug/core/error.hpp"
 #include "snug/host/gemm.hpp"
 #include "snug/host/math.hpp"
+#include "snug/ops/linear.hpp"
 
 namespace snug::host {
 
 namespace detail {
-
-[[noreturn]] inline void throw_null_pointer(const char* op, const char* name, std::int64_t N, int C, int OC) {
-    throw Error(std::string(op) + ": " + name + " is null (N = " + std::to_string(N) + ", C = " +
-                std::to_string(C) + ", OC = " + std::to_string(OC) + ")");
-}
-
-// Throws snug::Error when a pointer that would be used is null.
-inline void require_pointer(const char* op, const char* name, const void* p, std::int64_t N, int C, int OC) {
-    if (p == nullptr) [[unlikely]] throw_null_pointer(op, name, N, C, OC);
-}
 
 // x widened to fp32 (double stays double); branch-free for the 16-bit types,
 // so that loops over many values vectorize.
@@ -111,13 +102,8 @@ void linear_forward(const Device&, T* out,  // (N, OC)
                     const T* bias,          // (OC) or nullptr
                     std::int64_t N, int C, int OC) {
     constexpr const char* op = "linear_forward";
-    detail::check_non_negative(op, {{"N", N}, {"C", C}, {"OC", OC}});
+    ops::check_linear_forward(op, out, inp, weight, N, C, OC);
     if (N == 0 || OC == 0) return;
-    detail::require_pointer(op, "out", out, N, C, OC);
-    if (C > 0) {
-        detail::require_pointer(op, "inp", inp, N, C, OC);
-        detail::require_pointer(op, "weight", weight, N, C, OC);
-    }
     if constexpr (std::same_as<T, double>) {
         detail::linear_forward_double(out, inp, weight, bias, N, C, OC);
     } else {
@@ -145,13 +131,7 @@ void linear_backward(const Device&, T* dinp,  // (N, C) or nullptr
                      const T* weight,         // (OC, C)
                      std::int64_t N, int C, int OC) {
     constexpr const char* op = "linear_backward";
-    detail::check_non_negative(op, {{"N", N}, {"C", C}, {"OC", OC}});
-    if (N > 0 && OC > 0) detail::require_pointer(op, "dout", dout, N, C, OC);
-    if (C > 0 && OC > 0) detail::require_pointer(op, "dweight", dweight, N, C, OC);
-    if (N > 0 && C > 0 && OC > 0) {
-        detail::require_pointer(op, "inp", inp, N, C, OC);
-        if (dinp != nullptr) detail::require_pointer(op, "weight", weight, N, C, OC);
-    }
+    ops::check_linear_backward(op, dinp, dweight, dout, inp, weight, N, C, OC);
     // Every empty case falls through: OC == 0 makes dinp zero, N == 0 leaves
     // the accumulated gradients as they are.
     if constexpr (std::same_as<T, double>) {

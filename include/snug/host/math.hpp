@@ -16,6 +16,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/host/parallel.hpp"
+#include "snug/ops/sizes.hpp"
 
 namespace snug::host {
 
@@ -129,22 +130,6 @@ inline ExpParts exp_parts(float x) {
     p = p * r + 1.0F;
     p = p * r + 1.0F;
     return {n, p};
-}
-
-// Throws ShapeError "<op>: negative size name = value, ..." when any of the
-// named sizes is negative.
-inline void check_non_negative(const char* op,
-                               std::initializer_list<std::pair<const char*, std::int64_t>> sizes) {
-    bool bad = false;
-    for (const auto& s : sizes) bad = bad || s.second < 0;
-    if (!bad) return;
-    std::string msg = std::string(op) + ": negative size (";
-    bool first = true;
-    for (const auto& [name, value] : sizes) {
-        msg += (first ? "" : ", ") + std::string(name) + " = " + std::to_string(value);
-        first = false;
-    }
-    throw ShapeError(msg + ")");
 }
 
 }  // namespace detail

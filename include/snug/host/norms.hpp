@@ -51,7 +51,7 @@ inline double sum_squares_block(const float* x, std::int64_t n) {  // x: (n)
 inline void sum_squares(const Device&, float* out,  // scalar, overwritten
                         const float* grad,          // (n)
                         std::int64_t n) {
-    detail::check_non_negative("sum_squares", {{"n", n}});
+    ops::check_non_negative("sum_squares", {{"n", n}});
     const std::int64_t blocks = std::clamp<std::int64_t>(n / detail::norm_grain, 1, detail::norm_max_blocks);
     std::array<double, detail::norm_max_blocks> partial{};
     const auto threads = static_cast<unsigned>(std::min<std::int64_t>(max_threads(), blocks));

@@ -61,7 +61,7 @@ inline bool unscale_block(float* g,  // (n)
 inline void unscale_and_check(const Device&, float* grads,  // (n) multiplied in place
                               std::int64_t n, float inv_scale,
                               float* found_inf) {  // scalar, set to 1.0f on inf/NaN
-    detail::check_non_negative("unscale_and_check", {{"n", n}});
+    ops::check_non_negative("unscale_and_check", {{"n", n}});
     std::atomic<bool> any{false};
     parallel_ranges(n, detail::unscale_grain, [&](std::int64_t begin, std::int64_t end) {
         if (detail::unscale_block(grads + begin, end - begin, inv_scale)) any.store(true, std::memory_order_relaxed);
