@@ -91,3 +91,14 @@ TEST_CASE("on Meter, buffers and arenas record the tracker exactly as on a devic
                     snug::OutOfMemory);
     CHECK(ledger.allocations() == before);
 }
+
+TEST_CASE("the meter's kernels check the shared contracts, so a plan refuses what training refuses") {
+    float* p = reinterpret_cast<float*>(std::uintptr_t{1} << 20);  // never read
+    CHECK_THROWS_AS(layernorm_forward(Meter{}, p, p, p, p, p, p, 4, 0), snug::ShapeError);
+    CHECK_THROWS_AS(attention_forward(Meter{}, p, p, p, 1, 8, 30, 4), snug::ShapeError);  // C not a multiple of NH
+    CHECK_THROWS_AS(softmax_cross_entropy(Meter{}, p, p, nullptr, 4, 65, 64, 1.0f), snug::ShapeError);  // V > Vp
+    CHECK_THROWS_AS(linear_forward(Meter{}, p, static_cast<const float*>(nullptr), p, p, 2, 3, 4), snug::Error);
+    CHECK_THROWS_AS(adamw_update(Meter{}, p, p, p, p, p, 8, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
+                    snug::ConfigError);
+    CHECK_NOTHROW(attention_forward(Meter{}, p, p, p, 1, 8, 32, 4));
+}

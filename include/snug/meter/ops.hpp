@@ -1,34 +1,107 @@
 // The kernels of snug::Meter (snug/meter/device.hpp): every op the host and
-// CUDA backends have, doing nothing. Layers call them unqualified with the
-// device tag first, so argument-dependent lookup finds these for a Meter tag
-// exactly as it finds the host loops or CUDA launchers for theirs. A user's
+// CUDA backends have, computing nothing. Layers call them unqualified with
+// the device tag first, so argument-dependent lookup finds these for a Meter
+// tag exactly as it finds the host loops or CUDA launchers for theirs. The
+// ops with a shared contract (snug/ops/) check their arguments as the other
+// backends do, so a plan refuses the shapes training would refuse. A user's
 // own kernels add a Meter overload the same way (examples/custom_layer).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "snug/meter/device.hpp"
+#include "snug/ops/adamw.hpp"
+#include "snug/ops/attention.hpp"
+#include "snug/ops/cross_entropy.hpp"
+#include "snug/ops/encoder.hpp"
+#include "snug/ops/layernorm.hpp"
+#include "snug/ops/linear.hpp"
+#include "snug/ops/sizes.hpp"
 
 namespace snug::meter {
 
-// Nothing to compute and nothing to move: the arguments are what the other
-// backends take, unread.
-template <class... Args> void encoder_forward(const Device&, Args&&...) {}
-template <class... Args> void encoder_backward(const Device&, Args&&...) {}
-template <class... Args> void layernorm_forward(const Device&, Args&&...) {}
-template <class... Args> void layernorm_backward(const Device&, Args&&...) {}
-template <class... Args> void linear_forward(const Device&, Args&&...) {}
-template <class... Args> void linear_backward(const Device&, Args&&...) {}
-template <class... Args> void attention_forward(const Device&, Args&&...) {}
-template <class... Args> void attention_backward(const Device&, Args&&...) {}
+template <class T, class S>
+void layernorm_forward(const Device&, T* /*out (N, C)*/, S* /*mean (N)*/, S* /*rstd (N)*/, const T* /*inp (N, C)*/,
+                       const T* /*weight (C)*/, const T* /*bias (C)*/, std::int64_t N, int C) {
+    ops::check_layernorm("layernorm_forward", N, C);
+}
+
+template <class T, class S>
+void layernorm_backward(const Device&, T* /*dinp (N, C)*/, float* /*dweight (C)*/, float* /*dbias (C)*/,
+                        const T* /*dout (N, C)*/, const T* /*inp (N, C)*/, const T* /*weight (C)*/,
+                        const S* /*mean (N)*/, const S* /*rstd (N)*/, std::int64_t N, int C) {
+    ops::check_layernorm("layernorm_backward", N, C);
+}
+
+template <class T>
+void attention_forward(const Device&, T* /*out (B, T, C)*/, T* /*att (B, NH, T, T)*/, const T* /*qkv (B, T, 3C)*/,
+                       int B, int T_, int C, int NH) {
+    ops::check_attention("attention_forward", B, T_, C, NH);
+}
+
+template <class T>
+void attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, T* /*scratch (B, NH, T, T)*/,
+                        const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*att (B, NH, T, T)*/,
+                        int B, int T_, int C, int NH) {
+    ops::check_attention("attention_backward", B, T_, C, NH);
+}
+
+template <class T>
+void encoder_forward(const Device&, T* /*out (B, T, C)*/, const std::int32_t* /*tokens (B, T)*/,
+                     const T* /*wte (Vp, C)*/, const T* /*wpe (maxT, C)*/, int B, int T_, int C) {
+    ops::check_encoder("encoder_forward", B, T_, C);
+}
+
+template <class T>
+void encoder_backward(const Device&, float* /*dwte (Vp, C)*/, float* /*dwpe (maxT, C)*/, const T* /*dout (B, T, C)*/,
+                      const std::int32_t* /*tokens (B, T)*/, int B, int T_, int C) {
+    ops::check_encoder("encoder_backward", B, T_, C);
+}
+
+template <class T>
+void softmax_cross_entropy(const Device&, float* /*losses (N)*/, T* /*logits (N, Vp)*/,
+                           const std::int32_t* /*targets (N)*/, std::int64_t N, int V, int Vp, float /*dloss*/) {
+    ops::check_cross_entropy("softmax_cross_entropy", N, V, Vp);
+}
+
+template <class T>
+void linear_forward(const Device&, T* out /*(N, OC)*/, const T* inp /*(N, C)*/, const T* weight /*(OC, C)*/,
+                    const T* /*bias (OC) or nullptr*/, std::int64_t N, int C, int OC) {
+    ops::check_linear_forward("linear_forward", out, inp, weight, N, C, OC);
+}
+
+template <class T>
+void linear_backward(const Device&, T* dinp /*(N, C) or nullptr*/, float* dweight /*(OC, C)*/,
+                     float* /*dbias (OC) or nullptr*/, const T* dout /*(N, OC)*/, const T* inp /*(N, C)*/,
+                     const T* weight /*(OC, C)*/, std::int64_t N, int C, int OC) {
+    ops::check_linear_backward("linear_backward", dinp, dweight, dout, inp, weight, N, C, OC);
+}
+
+template <class T>
+void adamw_update(const Device&, float* /*master (n)*/, T* /*working (n) or nullptr*/, const float* /*grad (n)*/,
+                  float* /*m (n)*/, float* /*v (n)*/, std::int64_t n, float /*lr*/, float /*beta1*/, float /*beta2*/,
+                  float /*eps*/, float /*weight_decay*/, int step, float /*grad_scale*/) {
+    ops::check_adamw(n, step);
+}
+
+// fp32 working weights: the master is the parameter (working = nullptr).
+inline void adamw_update(const Device& dev, float* master, std::nullptr_t, const float* grad, float* m, float* v,
+                         std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                         float grad_scale) {
+    adamw_update(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step,
+                 grad_scale);
+}
+
+// The element-wise ops: n elements, nothing else to check.
 template <class... Args> void gelu_forward(const Device&, Args&&...) {}
 template <class... Args> void gelu_backward(const Device&, Args&&...) {}
 template <class... Args> void residual_forward(const Device&, Args&&...) {}
 template <class... Args> void add_inplace(const Device&, Args&&...) {}
 template <class... Args> void scale_inplace(const Device&, Args&&...) {}
 template <class... Args> void cast(const Device&, Args&&...) {}
-template <class... Args> void softmax_cross_entropy(const Device&, Args&&...) {}
 template <class... Args> void unscale_and_check(const Device&, Args&&...) {}
 template <class... Args> void sum_squares(const Device&, Args&&...) {}
-template <class... Args> void adamw_update(const Device&, Args&&...) {}
 // Transfers: a download leaves the host side as it was.
 template <class... Args> void upload(const Device&, Args&&...) {}
 template <class... Args> void download(const Device&, Args&&...) {}
