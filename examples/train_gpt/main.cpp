@@ -16,9 +16,13 @@
 // (main.cu includes this file) it also runs on snug::Cuda, and --device auto
 // picks the GPU when one exists.
 //
+// This file is only the command line: it fills snug::TrainOptions and calls
+// the engine in include/snug/train/ (run.hpp, run_plan.hpp, ladder.hpp), so a
+// trainer of your own can start from a copy of it.
+//
 // Exit codes: 0 done, 1 runtime error (file, numerics), 2 bad command line or
 // configuration (also --device cuda without a GPU), 3 out of the memory
-// budget, 130 stopped by Ctrl-C (after saving the state).
+// budget (or of host memory), 130 stopped by Ctrl-C (after saving the state).
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
