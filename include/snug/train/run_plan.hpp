@@ -19,7 +19,7 @@
 namespace snug {
 
 // The memory planner's view of a run (snug/train/planner.hpp): what train()
-// below allocates for the options' precision and shapes, before a recompute
+// (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
 // plan is chosen (the input activation_budget takes).
 inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, std::size_t backend_workspace) {
     return plan_input_for(o.run, config, backend_workspace, !o.quiet && o.sample > 0 ? config.max_seq_len : 0);
