@@ -44,12 +44,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "gated_residual.hpp"
 #include "snug/snug.hpp"
+#include "snug/train/session.hpp"
 
 namespace tiny {
 
@@ -234,30 +236,10 @@ static_assert(snug::TrainableModel<TinyLM<float, Dev>>);
 
 // ---- the driver -------------------------------------------------------------
 
-// The tracker every byte goes through, the two arenas and the context.
-struct Session {
-    snug::MemoryTracker tracker;
-#if defined(SNUG_CUDA_BACKEND)
-    snug::cuda::Blas blas{tracker};  // cuBLASLt, for linear_forward / linear_backward
-#endif
-    snug::ActivationArena<Dev> activations{tracker};
-    snug::ActivationArena<Dev> scratch{tracker, snug::ActivationArena<Dev>::default_chunk_bytes,
-                                       snug::MemoryCategory::temporaries};
-    snug::Context<Dev> ctx{Dev{}, activations, scratch};
-    Session() {
-#if defined(SNUG_CUDA_BACKEND)
-        ctx.device.blas = &blas;
-#endif
-    }
-    // The backend's own tracked bytes: cuBLASLt's workspace on CUDA.
-    std::size_t backend_workspace() const {
-#if defined(SNUG_CUDA_BACKEND)
-        return blas.workspace_bytes();
-#else
-        return 0;
-#endif
-    }
-};
+// The tracker every byte goes through, the two arenas, cuBLASLt on CUDA (for
+// linear_forward / linear_backward) and the context, wired by snug::Session;
+// no memory budget here.
+using Session = snug::Session<Dev>;
 
 constexpr TinyConfig config{};
 constexpr int B = 4, T = 16, updates = 40;
@@ -307,7 +289,7 @@ bool train(int accumulation, Checkpoint checkpoint = {}) {
     using Model = TinyLM<Act, Dev>;
     using Step = snug::TrainStep<Model, Precision, snug::accumulate::Steps, Checkpoint>;
 
-    Session s;
+    Session s(std::nullopt);
     Model model(config, s.tracker);
     const std::vector<float> w0 = Model::initial_weights(config, 1);
     model.load_weights(s.ctx.device, w0);
@@ -379,7 +361,7 @@ bool plans_agree() {
         {R::selective, R::selective, R::selective, R::selective},
         {R::selective, R::full, R::none, R::selective},
     };
-    Session s;
+    Session s(std::nullopt);
     TinyLM<Act, Dev> model(config, s.tracker);
     model.load_weights(s.ctx.device, TinyLM<Act, Dev>::initial_weights(config, 3));
     Batches data(s.tracker, 1, 4);

@@ -16,19 +16,53 @@
 // (main.cu includes this file) it also runs on snug::Cuda, and --device auto
 // picks the GPU when one exists.
 //
+// This file is only the command line: it fills snug::TrainOptions and calls
+// the engine in include/snug/train/ (run.hpp, run_plan.hpp, ladder.hpp), so a
+// trainer of your own can start from a copy of it.
+//
 // Exit codes: 0 done, 1 runtime error (file, numerics), 2 bad command line or
 // configuration (also --device cuda without a GPU), 3 out of the memory
-// budget, 130 stopped by Ctrl-C (after saving the state).
-#include "trainer.hpp"
-#include "ladder.hpp"
+// budget (or of host memory), 130 stopped by Ctrl-C (after saving the state).
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "snug/data/tokenizer.hpp"
+#include "snug/train/exit_codes.hpp"
+#include "snug/train/ladder.hpp"
+#include "snug/train/model_source.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/run.hpp"
+#include "snug/train/run_plan.hpp"
+#include "snug/train/run_spec.hpp"
+#include "snug/train/session.hpp"
 
 namespace {
 
-using namespace train_gpt;
+// The model's shape options; returns --model, which the shape options exclude
+// (and --init-from too).
+CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o) {
+    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
+    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--vocab", o.vocab, "the model's vocabulary (0: the data's; e.g. 50257 for GPT-2's shape on any data)")
+        ->check(CLI::NonNegativeNumber);
+    return model_opt;
+}
 
 int run(int argc, char** argv) {
-    Options o;
-    LadderOptions ladder;
+    snug::TrainOptions o;
+    // What the command line says as text; parsed into o once CLI11 is done.
+    std::string precision = "fp32", checkpoint = "none", vram_budget = "12GiB", device_name = "auto";
+    std::string tokenizer_path;
+    std::int64_t batch_tokens = 0;
+    bool eval_only = false, plan = false;
+    snug::LadderOptions ladder;
     bool run_ladder = false;
     CLI::App app{
         "train_gpt: train a GPT-2-style model and measure what each memory/speed choice costs.\n"
@@ -40,15 +74,15 @@ int run(int argc, char** argv) {
                    "start from an llm.c model file (.bin, version 3 or 5) or a Hugging Face GPT-2 directory "
                    "(model.safetensors + config.json); the shape comes from it")
         ->excludes(model_opt);
-    app.add_option("--precision", o.precision, "fp32, bf16, or fp16 (dynamic loss scaling)")
+    app.add_option("--precision", precision, "fp32, bf16, or fp16 (dynamic loss scaling)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-    app.add_option("--batch", o.batch, "micro-batch B (sequences per forward)")->check(CLI::PositiveNumber);
-    app.add_option("--seq", o.seq, "sequence length T (also the model's context)")->check(CLI::PositiveNumber);
-    auto* accum_opt = app.add_option("--accum", o.accum, "micro-batches per update")->check(CLI::PositiveNumber);
-    app.add_option("--batch-tokens", o.batch_tokens, "tokens per update; sets --accum = this / (B T), which must divide")
+    app.add_option("--batch", o.run.micro_batch, "micro-batch B (sequences per forward)")->check(CLI::PositiveNumber);
+    app.add_option("--seq", o.run.seq, "sequence length T (also the model's context)")->check(CLI::PositiveNumber);
+    auto* accum_opt = app.add_option("--accum", o.run.accumulation, "micro-batches per update")->check(CLI::PositiveNumber);
+    app.add_option("--batch-tokens", batch_tokens, "tokens per update; sets --accum = this / (B T), which must divide")
         ->excludes(accum_opt)
         ->check(CLI::PositiveNumber);
-    app.add_option("--checkpoint", o.checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
+    app.add_option("--checkpoint", checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
     app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
     app.add_option("--warmup", o.warmup, "linear warmup updates")->check(CLI::NonNegativeNumber);
     app.add_option("--min-lr-frac", o.min_lr_frac, "cosine decay floor as a fraction of --lr")->check(CLI::Range(0.0, 1.0));
@@ -58,7 +92,7 @@ int run(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--eval-every", o.eval_every, "updates between validation losses")->check(CLI::PositiveNumber);
     app.add_option("--eval-batches", o.eval_batches, "validation micro-batches per evaluation")->check(CLI::PositiveNumber);
-    app.add_flag("--eval-only", o.eval_only, "only print the validation loss of the model (e.g. --init-from FILE)");
+    app.add_flag("--eval-only", eval_only, "only print the validation loss of the model (e.g. --init-from FILE)");
     app.add_option("--seed", o.seed, "weights and sampling seed");
     app.add_option("--out", o.out, "directory for metrics.jsonl, summary.json and state.snug (empty: no files)");
     app.add_option("--resume", o.resume, "continue from a training state (a state.snug of an earlier --out)");
@@ -71,14 +105,14 @@ int run(int argc, char** argv) {
     app.add_option("--model-dtype", o.model_dtype, "--save-model's parameters: fp32 (llm.c version 3) or bf16 (version 5)")
         ->check(CLI::IsMember({"fp32", "bf16"}));
     app.add_option("--export-hf", o.export_hf, "write model.safetensors + config.json (Hugging Face GPT-2) to this directory");
-    app.add_option("--vram-budget", o.vram_budget, "memory budget (e.g. 12GiB, 500MiB, none); over it: exit 3");
-    app.add_option("--device", o.device, "cuda, host, or auto (the GPU if one exists)")
+    app.add_option("--vram-budget", vram_budget, "memory budget (e.g. 12GiB, 500MiB, none); over it: exit 3");
+    app.add_option("--device", device_name, "cuda, host, or auto (the GPU if one exists)")
         ->check(CLI::IsMember({"cuda", "host", "auto"}));
     app.add_option("--data", o.data, "builtin, text:PATH (bytes), tokens:GLOB (llm.c token files)");
     app.add_option("--alphabet", o.alphabet, "characters of the built-in corpus (4..48; more: harder)")
         ->check(CLI::Range(4, 48));
     app.add_option("--val", o.val, "validation data for tokens: (tokens:GLOB); default: the last 10% of --data");
-    app.add_option("--tokenizer", o.tokenizer, "llm.c tokenizer file (gpt2_tokenizer.bin) to print token samples as text");
+    app.add_option("--tokenizer", tokenizer_path, "llm.c tokenizer file (gpt2_tokenizer.bin) to print token samples as text");
     app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")->check(CLI::NonNegativeNumber);
     app.add_option("--prompt", o.prompt, "prompt text for the sample (default: the start of the validation data)");
     app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
@@ -86,7 +120,7 @@ int run(int argc, char** argv) {
     app.add_option("--flops-budget", o.flops_budget,
                    "model FLOPs at which 'loss at equal FLOPs' is read (0: the run's total); give two runs the same")
         ->check(CLI::NonNegativeNumber);
-    app.add_flag("--plan", o.plan,
+    app.add_flag("--plan", plan,
                  "print what fits --vram-budget (the fastest configuration, the largest model) and exit; "
                  "nothing is allocated");
     app.add_flag("--ladder", run_ladder, "run the VRAM ladder (see vram_ladder --help) with these model/data options");
@@ -98,63 +132,57 @@ int run(int argc, char** argv) {
         return code == 0 ? 0 : 2;
     }
 
-    o.checkpoint_kind = parse_checkpoint(o.checkpoint);
-    if (o.vram_budget != "none") o.budget_bytes = snug::parse_bytes(o.vram_budget);
-    if (o.batch_tokens > 0) {
-        const std::int64_t bt = std::int64_t{o.batch} * o.seq;
-        if (o.batch_tokens % bt != 0)
-            throw snug::ConfigError("--batch-tokens " + std::to_string(o.batch_tokens) + " is not a multiple of B T = " +
+    o.run.precision = snug::parse_precision_kind(precision);
+    o.run.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--checkpoint");
+    o.budget_bytes = vram_budget == "none" ? std::nullopt : std::optional(snug::parse_bytes(vram_budget));
+    if (batch_tokens > 0) {
+        const std::int64_t bt = std::int64_t{o.run.micro_batch} * o.run.seq;
+        if (batch_tokens % bt != 0)
+            throw snug::ConfigError("--batch-tokens " + std::to_string(batch_tokens) + " is not a multiple of B T = " +
                                     std::to_string(bt) + " tokens per micro-batch");
-        o.accum = static_cast<int>(o.batch_tokens / bt);
+        o.run.accumulation = static_cast<int>(batch_tokens / bt);
     }
-    if (o.eval_only && !o.resume.empty())
+    if (eval_only && !o.resume.empty())
         throw snug::ConfigError("--eval-only takes a model file (--init-from), not a training state");
 
-    const snug::GPTConfig shape = model_shape(o);
+    o.shape();  // an unknown --model preset is refused before any device is touched
+    const snug::DeviceInfo device = snug::choose_device(device_name);
+    if (plan) return snug::print_plan(o, device);
+    if (run_ladder) return snug::run_ladder_program(o, ladder, device);
 
-    const DeviceInfo device = choose_device(o.device);
-    if (o.plan) return print_plan(o, shape, device);
-    if (run_ladder) return run_ladder_program(o, ladder, shape, device);
-
-    const std::int64_t tokens_per_update = std::int64_t{o.accum} * o.batch * o.seq;
-    const Data data = load_data(o, tokens_per_update * o.steps + 1);
-    const ModelSource source = model_source(o, shape, data.vocab);
+    const std::int64_t tokens_per_update = o.run.tokens_per_update();
+    const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1);
+    const snug::TrainData& data = inputs.data;
+    const snug::ModelSource& source = inputs.source;
     const snug::GPTConfig& config = source.config;
     std::optional<snug::data::Tokenizer> tokenizer;
-    if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer);
+    if (!tokenizer_path.empty()) tokenizer.emplace(tokenizer_path);
+    const snug::data::Tokenizer* decoder = tokenizer ? &*tokenizer : nullptr;
 
     std::printf("device: %s\n", device.description.c_str());
     std::printf("model: %d layers, %d heads, %d channels, context %d, vocab %d: %.2fM parameters, %.3g FLOPs/token; %s\n",
                 config.n_layer, config.n_head, config.channels, config.max_seq_len, config.vocab_size,
-                static_cast<double>(config.num_parameters()) / 1e6, config.flops_per_token(o.seq),
+                static_cast<double>(config.num_parameters()) / 1e6, config.flops_per_token(o.run.seq),
                 source.description.c_str());
     std::printf("data: %s\n", data.description.c_str());
-    if (o.eval_only) {
+    if (eval_only) {
         std::fflush(stdout);
-#if defined(SNUG_CUDA_BACKEND)
-        if (device.cuda) return run_evaluation<snug::Cuda>(o, data, source, tokenizer ? &*tokenizer : nullptr);
-#endif
-        return run_evaluation<snug::Host>(o, data, source, tokenizer ? &*tokenizer : nullptr);
+        return snug::visit_device(device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, decoder); });
     }
     std::printf("precision %s, checkpoint %s, micro-batch %d x %d, %d per update: %lld tokens/update, %d updates\n",
-                o.precision.c_str(), o.checkpoint.c_str(), o.batch, o.seq, o.accum,
+                o.run.precision_name(), o.run.checkpoint_name(), o.run.micro_batch, o.run.seq, o.run.accumulation,
                 static_cast<long long>(tokens_per_update), o.steps);
     std::printf("lr %.3g (warmup %d, cosine to %.3g x), weight decay %.3g, clip %.3g; memory budget %s\n",
                 static_cast<double>(o.lr), o.warmup, static_cast<double>(o.min_lr_frac),
                 static_cast<double>(o.weight_decay), static_cast<double>(o.clip),
                 o.budget_bytes ? snug::format_bytes(*o.budget_bytes).c_str() : "none");
-    print_memory_outlook(o, config, device);
+    snug::print_memory_outlook(o, config, device);
     if (!o.out.empty()) std::filesystem::create_directories(o.out);
     std::fflush(stdout);
 
-    install_stop_handler();
-    RunResult r;
-#if defined(SNUG_CUDA_BACKEND)
-    if (device.cuda)
-        r = run_training<snug::Cuda>(o, data, source, device, tokenizer ? &*tokenizer : nullptr);
-    else
-#endif
-        r = run_training<snug::Host>(o, data, source, device, tokenizer ? &*tokenizer : nullptr);
+    snug::install_stop_handler();
+    const snug::RunResult r = snug::visit_device(
+        device, [&]<class Dev>() { return snug::run_training<Dev>(o, data, source, device, decoder); });
     if (!r.fit) {
         std::fflush(stdout);
         std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", r.out_of_memory.c_str());
@@ -164,4 +192,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return guarded_main("train_gpt", [&] { return run(argc, argv); }); }
+int main(int argc, char** argv) { return snug::guarded_main("train_gpt", [&] { return run(argc, argv); }); }

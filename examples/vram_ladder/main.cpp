@@ -3,56 +3,73 @@
 // precision, accumulation, activation checkpointing, a shorter context — and
 // each rung measured: peak memory (total and by category, beside the
 // planner's prediction), tokens/s, loss per unit of compute, wall-clock,
-// validation loss, and whether it fit (examples/train_gpt/ladder.hpp says how).
+// validation loss, and whether it fit (include/snug/train/ladder.hpp says how).
 //
 //   vram_ladder                                  # host: a small model, a few minutes
 //   vram_ladder --model 124M --seq 1024 --batch 16 --vram-budget 12GiB --data tokens:...   # a GPU
 //   python3 tools/plot_ladder.py OUT/ladder.json --out OUT    # the plots
 //
 // Built by nvcc (main.cu) it runs on the GPU when there is one.
-#include "../train_gpt/ladder.hpp"
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "snug/train/exit_codes.hpp"
+#include "snug/train/ladder.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/run_spec.hpp"
+#include "snug/train/session.hpp"
 
 namespace {
 
-using namespace train_gpt;
+// The model's shape options (as train_gpt takes them).
+void add_model_options(CLI::App& app, snug::TrainOptions& o) {
+    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
+    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
+    app.add_option("--vocab", o.vocab, "the model's vocabulary (0: the data's; e.g. 50257 for GPT-2's shape on any data)")
+        ->check(CLI::NonNegativeNumber);
+}
 
 int run(int argc, char** argv) {
-    Options o;
+    snug::TrainOptions o;
     // The host default: 4 layers, 4 heads, 128 channels, T 128, 16 sequences
     // per update, under a budget that the wanted batch in fp32 exceeds.
     o.layers = 4;
     o.heads = 4;
     o.channels = 128;
-    o.seq = 128;
-    o.batch = 16;
+    o.run.seq = 128;
+    o.run.micro_batch = 16;
     o.steps = 60;
     o.warmup = 10;
     o.lr = 1e-3f;  // 3e-3 (train_gpt's default for 2 layers) spikes at 4 layers and T 128
     o.eval_every = 1000000;  // the end only
     o.eval_batches = 4;
-    o.vram_budget = "48MiB";
-    LadderOptions lo;
+    std::string vram_budget = "48MiB", device_name = "auto", mixed = "auto", checkpoint = "selective";
+    snug::LadderOptions lo;
     lo.out = "ladder_out";
     CLI::App app{"vram_ladder: walk the order of operations for one model under one memory budget and measure "
                  "each rung."};
     app.option_defaults()->always_capture_default();
     add_model_options(app, o);
-    app.add_option("--batch", o.batch, "the wanted batch: sequences per update")->check(CLI::PositiveNumber);
-    app.add_option("--seq", o.seq, "sequence length T (rung 5 halves it)")->check(CLI::Range(2, 1 << 20));
+    app.add_option("--batch", o.run.micro_batch, "the wanted batch: sequences per update")->check(CLI::PositiveNumber);
+    app.add_option("--seq", o.run.seq, "sequence length T (rung 5 halves it)")->check(CLI::Range(2, 1 << 20));
     app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(CLI::PositiveNumber);
     app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
     app.add_option("--warmup", o.warmup, "linear warmup updates")->check(CLI::NonNegativeNumber);
     app.add_option("--eval-batches", o.eval_batches, "validation micro-batches at the end of each rung")
         ->check(CLI::PositiveNumber);
     app.add_option("--seed", o.seed, "weights seed (the same for every rung)");
-    app.add_option("--vram-budget", o.vram_budget, "the memory budget the ladder fits (e.g. 12GiB, 48MiB)");
-    app.add_option("--device", o.device, "cuda, host, or auto")->check(CLI::IsMember({"cuda", "host", "auto"}));
+    app.add_option("--vram-budget", vram_budget, "the memory budget the ladder fits (e.g. 12GiB, 48MiB)");
+    app.add_option("--device", device_name, "cuda, host, or auto")->check(CLI::IsMember({"cuda", "host", "auto"}));
     app.add_option("--data", o.data, "builtin, text:PATH, tokens:GLOB");
     app.add_option("--val", o.val, "validation tokens:GLOB for tokens: data");
     app.add_option("--alphabet", o.alphabet, "characters of the built-in corpus")->check(CLI::Range(4, 48));
-    app.add_option("--ladder-precision", lo.mixed, "rung 2: bf16, fp16 (dynamic loss scaling), auto (bf16)")
+    app.add_option("--ladder-precision", mixed, "rung 2: bf16, fp16 (dynamic loss scaling), auto (bf16)")
         ->check(CLI::IsMember({"bf16", "fp16", "auto"}));
-    app.add_option("--ladder-checkpoint", lo.checkpoint, "rung 4's policy: selective, full, every:2, every:3, every:4")
+    app.add_option("--ladder-checkpoint", checkpoint, "rung 4's policy: selective, full, every:2, every:3, every:4")
         ->check(CLI::IsMember({"selective", "full", "every:2", "every:3", "every:4"}));
     app.add_option("--out", lo.out, "directory for ladder.csv and ladder.json (empty: the table only)");
     try {
@@ -61,11 +78,13 @@ int run(int argc, char** argv) {
         const int code = app.exit(e);
         return code == 0 ? 0 : 2;
     }
-    if (o.vram_budget != "none") o.budget_bytes = snug::parse_bytes(o.vram_budget);
-    const snug::GPTConfig shape = model_shape(o);
-    return run_ladder_program(o, lo, shape, choose_device(o.device));
+    o.budget_bytes = vram_budget == "none" ? std::nullopt : std::optional(snug::parse_bytes(vram_budget));
+    if (mixed != "auto") lo.mixed = snug::parse_precision_kind(mixed);
+    lo.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--ladder-checkpoint");
+    o.shape();  // an unknown --model preset is refused before any device is touched
+    return snug::run_ladder_program(o, lo, snug::choose_device(device_name));
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return guarded_main("vram_ladder", [&] { return run(argc, argv); }); }
+int main(int argc, char** argv) { return snug::guarded_main("vram_ladder", [&] { return run(argc, argv); }); }

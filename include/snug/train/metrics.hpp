@@ -164,7 +164,9 @@ inline std::string format_utilisation(const std::optional<double>& u) {
 }
 
 // One line for the progress display:
-// "step   12/300  loss 2.3456  lr 1.20e-03  norm 0.812  1234 tok/s  MFU unknown peak  peak 12.3 MiB"
+// "step   12/300  loss 2.3456  lr 1.20e-03  norm 0.812  1234 tok/s  MFU 41.2%  peak 12.3 MiB"
+// The MFU column is left out where the device's peak is unknown (the host):
+// a reader should never see "unknown" where a result belongs.
 inline std::string progress_line(const StepRecord& r, std::int64_t total_steps) {
     const int width = static_cast<int>(std::to_string(total_steps).size());
     char head[96];
@@ -175,7 +177,7 @@ inline std::string progress_line(const StepRecord& r, std::int64_t total_steps) 
     if (r.loss_scale != 1.0) line += detail::printf_string("  scale %g", r.loss_scale);
     if (r.skipped) line += "  SKIPPED (non-finite gradient)";
     line += detail::printf_string("  %.0f tok/s", r.tokens_per_second());
-    line += "  MFU " + format_utilisation(r.mfu());
+    if (const auto mfu = r.mfu()) line += "  MFU " + format_utilisation(mfu);
     line += "  peak " + format_bytes(r.peak_total);
     return line;
 }
@@ -270,7 +272,7 @@ inline std::string render_summary(const RunSummary& s) {
     row("wall-clock", printf_string("%.1f s", s.wall_clock));
     row("median tokens/s",
         s.median_tokens_per_second ? printf_string("%.0f", *s.median_tokens_per_second) : std::string("n/a"));
-    row("median MFU", format_utilisation(s.median_mfu));
+    if (s.median_mfu) row("median MFU", format_utilisation(s.median_mfu));  // no row without a known peak
     row("final train loss", loss(s.final_train_loss));
     std::string val = loss(s.final_val_loss);
     if (s.first_val_loss) val += " (first " + loss(s.first_val_loss) + ")";

@@ -101,6 +101,14 @@ struct DeviceReservation {
 // 512 MiB is counted.
 inline constexpr DeviceReservation cuda_reservation{std::size_t{2} << 20, std::size_t{512} << 20};
 
+// What the device a run trains on adds to its plan: the backend's own tracked
+// workspace (cuBLASLt's on CUDA) and what the device reserves beyond the
+// tracker (none: the host, where the tracker's bytes are what a budget limits).
+struct PlanTarget {
+    std::size_t backend_workspace = 0;
+    std::optional<DeviceReservation> device;
+};
+
 // The shape of one training run, whatever the model, as a trainer like
 // examples/train_gpt builds it: a MemoryTracker; the backend's workspace
 // (cuBLASLt's on CUDA); two ActivationArenas (activations, and temporaries

@@ -1,6 +1,7 @@
 // The VRAM ladder: one model, one memory budget, the recommended order of
 // operations walked rung by rung, each rung measured. Shared by
-// examples/vram_ladder and `train_gpt --ladder`.
+// examples/vram_ladder and `train_gpt --ladder`;
+// a program fills LadderOptions and TrainOptions from its command line.
 //
 // Every rung trains the same model from the same weights on the same data
 // with the same seed for the same number of tokens (the wanted batch of
@@ -39,40 +40,53 @@
 #include <string>
 #include <vector>
 
-#include "trainer.hpp"
+#include <nlohmann/json.hpp>
 
-namespace train_gpt {
+#include "snug/io/file.hpp"
+#include "snug/train/data_source.hpp"
+#include "snug/train/metrics.hpp"
+#include "snug/train/model_source.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/planner.hpp"
+#include "snug/train/run.hpp"
+#include "snug/train/run_plan.hpp"
+#include "snug/train/run_spec.hpp"
+#include "snug/train/session.hpp"
 
+namespace snug {
+
+// What the ladder is asked beyond the run's own options.
 struct LadderOptions {
     std::string out;                     // ladder.csv, ladder.json (empty: the terminal table only)
-    std::string mixed = "auto";          // rung 2's precision: bf16, fp16, auto (bf16 where the hardware has it)
-    std::string checkpoint = "selective";  // rung 4's policy
+    std::optional<PrecisionKind> mixed;  // rung 2's precision: bf16 or fp16 (nullopt: auto, bf16)
+    CheckpointKind checkpoint = CheckpointKind::selective;  // rung 4's policy
 };
 
-struct Rung {
+// One rung: its configuration, what it measured, the planner's prediction.
+struct LadderRung {
     std::string name;
     std::string note;
-    Options options;                     // precision, batch, accum, seq, checkpoint
+    TrainOptions options;                // options.run: precision, batch, accum, seq, checkpoint
     bool ran = false;
     bool needed = true;                  // false: rung 3 when the wanted batch fits as one micro-batch
     RunResult result;
-    snug::MemoryPlan predicted;
+    MemoryPlan predicted;
     bool fits = false;                   // peak (measured, else predicted) within the budget
     std::optional<double> loss_at_equal_flops;
     std::optional<double> mean_loss_over_flops;  // area under loss vs FLOPs / F
 };
 
 // The planner's peak for a rung's configuration.
-inline snug::MemoryPlan predict_rung(const Options& o, const snug::GPTConfig& config, std::size_t backend_workspace) {
-    return snug::predict_memory(plan_input(o, config, backend_workspace));
+inline MemoryPlan predict_rung(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
+    return predict_memory(plan_input(o, config, target));
 }
 
 // Mean training loss over the first `flops` model FLOPs: the area under the
 // (cumulative FLOPs, loss) curve, trapezoids, divided by `flops`.
-inline std::optional<double> mean_loss_over_flops(const std::vector<snug::StepRecord>& records, double flops) {
+inline std::optional<double> mean_loss_over_flops(const std::vector<StepRecord>& records, double flops) {
     if (records.empty() || flops <= 0.0) return std::nullopt;
     double area = 0.0, x0 = 0.0, y0 = records.front().train_loss;
-    for (const snug::StepRecord& r : records) {
+    for (const StepRecord& r : records) {
         const double x1 = x0 + r.model_flops, y1 = r.train_loss;
         if (x1 >= flops) {
             const double t = (flops - x0) / (x1 - x0);
@@ -86,110 +100,110 @@ inline std::optional<double> mean_loss_over_flops(const std::vector<snug::StepRe
     return std::nullopt;  // the run did not reach `flops`
 }
 
-inline std::string mib(std::size_t bytes) { return format_double("%.1f", static_cast<double>(bytes) / 1048576.0); }
+namespace detail {
+// Bytes as MiB with one decimal, the ladder table's unit.
+inline std::string mib(std::size_t bytes) { return printf_string("%.1f", static_cast<double>(bytes) / 1048576.0); }
 
-inline nlohmann::json bytes_json(const snug::MemoryBreakdown& b, std::size_t total) {
+// {category: bytes, ..., "total": total} for ladder.json.
+inline nlohmann::json bytes_json(const MemoryBreakdown& b, std::size_t total) {
     nlohmann::json j;
-    for (snug::MemoryCategory c : snug::all_memory_categories)
-        j[snug::detail::json_key(snug::category_name(c))] = b[static_cast<std::size_t>(c)];
+    for (MemoryCategory c : all_memory_categories)
+        j[detail::json_key(category_name(c))] = b[static_cast<std::size_t>(c)];
     j["total"] = total;
     return j;
 }
+}  // namespace detail
 
 // Runs the ladder and writes its table (terminal), ladder.csv and ladder.json.
 template <class Dev>
-std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const snug::GPTConfig& shape,
-                             const DeviceInfo& device, std::size_t backend_workspace,
-                             std::optional<std::size_t> device_capacity) {
-    const int wanted = base.batch;
-    const int T = base.seq;
+std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions& lo, const DeviceInfo& device,
+                                   const PlanTarget& target, std::optional<std::size_t> device_capacity) {
+    const int wanted = base.run.micro_batch;
+    const int T = base.run.seq;
     const std::optional<std::size_t> budget = base.budget_bytes;
     const auto fits_budget = [&](std::size_t bytes) { return !budget || bytes <= *budget; };
 
-    std::string mixed = lo.mixed;
-    if (mixed == "auto") mixed = "bf16";  // both backends compute bf16 (the host in software)
-    const Data data = load_data(base, std::int64_t{wanted} * T * base.steps + 1);
-    const ModelSource source = model_source(base, shape, data.vocab);
-    const snug::GPTConfig& config = source.config;
+    // auto: bf16, which both backends compute (the host in software).
+    const PrecisionKind mixed = lo.mixed.value_or(PrecisionKind::bf16);
+    const RunInputs inputs = load_inputs(base, std::int64_t{wanted} * T * base.steps + 1);
+    const TrainData& data = inputs.data;
+    const ModelSource& source = inputs.source;
+    const GPTConfig& config = source.config;
 
-    std::vector<Rung> rungs;
-    auto make = [&](std::string name, const std::string& precision, int B, int accum, int seq,
-                    const std::string& checkpoint) {
-        Rung r;
+    std::vector<LadderRung> rungs;
+    auto make = [&](std::string name, PrecisionKind precision, int B, int accum, int seq, CheckpointKind checkpoint) {
+        LadderRung r;
         r.name = std::move(name);
         r.options = base;
         r.options.quiet = true;
-        r.options.precision = precision;
-        r.options.batch = B;
-        r.options.accum = accum;
-        r.options.seq = seq;
-        r.options.checkpoint = checkpoint;
-        r.options.checkpoint_kind = parse_checkpoint(checkpoint);
+        r.options.run = RunSpec{precision, checkpoint, B, seq, accum};
         r.options.out.clear();
         r.options.resume.clear();
         r.options.save_model.clear();
         r.options.export_hf.clear();
         r.options.sample = 0;
-        r.predicted = predict_rung(r.options, config, backend_workspace);
+        r.predicted = predict_rung(r.options, config, target);
         return r;
     };
     // The largest micro-batch dividing `wanted` whose predicted peak fits (0: none).
-    auto largest_fitting = [&](const std::string& precision, int seq, int per_update, const std::string& checkpoint) {
+    auto largest_fitting = [&](PrecisionKind precision, int seq, int per_update, CheckpointKind checkpoint) {
         for (int B = per_update; B >= 1; --B) {
             if (per_update % B != 0) continue;
-            const Rung r = make("", precision, B, per_update / B, seq, checkpoint);
-            if (fits_budget(r.predicted.total)) return B;
+            const LadderRung r = make("", precision, B, per_update / B, seq, checkpoint);
+            if (fits_budget(r.predicted.required)) return B;
         }
         return 0;
     };
-    auto run = [&](Rung& r) {
+    auto run = [&](LadderRung& r) {
         std::printf("ladder: rung %-22s %-4s B %3d x %-3d T %4d checkpoint %-9s predicted peak %s MiB ...",
-                    r.name.c_str(), r.options.precision.c_str(), r.options.batch, r.options.accum, r.options.seq,
-                    r.options.checkpoint.c_str(), mib(r.predicted.total).c_str());
+                    r.name.c_str(), r.options.run.precision_name(), r.options.run.micro_batch,
+                    r.options.run.accumulation, r.options.run.seq, r.options.run.checkpoint_name(),
+                    detail::mib(r.predicted.required).c_str());
         std::fflush(stdout);
-        if (device_capacity && r.predicted.total > *device_capacity) {
+        if (device_capacity && r.predicted.required > *device_capacity) {
             r.ran = false;
             r.fits = false;
-            r.note = "not run: the device cannot hold its predicted " + snug::format_bytes(r.predicted.total) +
+            r.note = "not run: the device cannot hold its predicted " + format_bytes(r.predicted.required) +
                      "\n" + r.predicted.report();
             std::printf(" not run (the device cannot hold it)\n");
             return;
         }
         // Measured even when over the budget (the machine can hold it): the
         // tracker has no budget here, and the fit is judged from its peak.
-        Options o = r.options;
+        TrainOptions o = r.options;
         o.budget_bytes = std::nullopt;
-        const Data rung_data = o.seq == T ? data : load_data(o, std::int64_t{wanted} * T * base.steps + 1);
+        const TrainData rung_data =
+            o.run.seq == T ? data : load_data(o, std::int64_t{wanted} * T * base.steps + 1, data.vocab);
         r.result = run_training<Dev>(o, rung_data, source, device);
         r.ran = r.result.fit && r.result.exit_code == 0;
         r.fits = r.ran && fits_budget(r.result.peak_total);
         if (!r.result.fit) r.note = "out of memory:\n" + r.result.out_of_memory;
-        if (r.ran && !r.fits) r.note = "over the budget by " + snug::format_bytes(r.result.peak_total - *budget);
-        std::printf(" peak %s MiB, %.0f tokens/s, val loss %.4f%s\n", mib(r.result.peak_total).c_str(),
+        if (r.ran && !r.fits) r.note = "over the budget by " + format_bytes(r.result.peak_total - *budget);
+        std::printf(" peak %s MiB, %.0f tokens/s, val loss %.4f%s\n", detail::mib(r.result.peak_total).c_str(),
                     r.result.summary.median_tokens_per_second.value_or(0.0), r.result.summary.final_val_loss.value_or(NAN),
                     r.fits ? "" : "  (over the budget)");
         std::fflush(stdout);
     };
-    auto tokens_per_second = [](const Rung& r) { return r.result.summary.median_tokens_per_second.value_or(0.0); };
+    auto tokens_per_second = [](const LadderRung& r) { return r.result.summary.median_tokens_per_second.value_or(0.0); };
     constexpr double keep_margin = 1.05;  // checkpointing must buy more than 5% of tokens/s
 
-    rungs.push_back(make("1 fp32 baseline", "fp32", wanted, 1, T, "none"));
+    rungs.push_back(make("1 fp32 baseline", PrecisionKind::fp32, wanted, 1, T, CheckpointKind::none));
     run(rungs.back());
-    rungs.push_back(make("2 mixed precision", mixed, wanted, 1, T, "none"));
+    rungs.push_back(make("2 mixed precision", mixed, wanted, 1, T, CheckpointKind::none));
     run(rungs.back());
-    const Rung rung2 = rungs.back();
+    const LadderRung rung2 = rungs.back();
 
     // 3: accumulation, only when the wanted batch does not fit as one micro-batch.
-    Rung base3 = rung2;
-    if (!fits_budget(rung2.predicted.total)) {
-        const int B = largest_fitting(mixed, T, wanted, "none");
+    LadderRung base3 = rung2;
+    if (!fits_budget(rung2.predicted.required)) {
+        const int B = largest_fitting(mixed, T, wanted, CheckpointKind::none);
         const int B3 = std::max(B, 1);
-        rungs.push_back(make("3 accumulation", mixed, B3, wanted / B3, T, "none"));
+        rungs.push_back(make("3 accumulation", mixed, B3, wanted / B3, T, CheckpointKind::none));
         if (B == 0) rungs.back().note = "no micro-batch fits without checkpointing; B = 1 shown";
         run(rungs.back());
         base3 = rungs.back();
     } else {
-        Rung skipped = make("3 accumulation", mixed, wanted, 1, T, "none");
+        LadderRung skipped = make("3 accumulation", mixed, wanted, 1, T, CheckpointKind::none);
         skipped.note = "not needed: the wanted batch fits as one micro-batch (rung 2)";
         skipped.needed = false;
         skipped.fits = rung2.fits;
@@ -198,54 +212,54 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
     }
 
     // 4: checkpointing on rung 3's micro-batch; 4b: the larger micro-batch it allows.
-    rungs.push_back(make("4 checkpoint", mixed, base3.options.batch, base3.options.accum, T, lo.checkpoint));
+    rungs.push_back(make("4 checkpoint", mixed, base3.options.run.micro_batch, base3.options.run.accumulation, T, lo.checkpoint));
     run(rungs.back());
-    Rung kept = base3;
+    LadderRung kept = base3;
     const int B4 = largest_fitting(mixed, T, wanted, lo.checkpoint);
     std::string rule;
-    if (B4 > base3.options.batch) {
+    if (B4 > base3.options.run.micro_batch) {
         rungs.push_back(make("4b checkpoint, larger B", mixed, B4, wanted / B4, T, lo.checkpoint));
         run(rungs.back());
-        const Rung& r4b = rungs.back();
+        const LadderRung& r4b = rungs.back();
         if (!base3.fits || (r4b.ran && tokens_per_second(r4b) > keep_margin * tokens_per_second(base3))) {
             kept = r4b;
-            rule = base3.fits ? format_double("checkpointing kept: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
-                                    format_double(" against rung 3's %.0f", tokens_per_second(base3))
+            rule = base3.fits ? detail::printf_string("checkpointing kept: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
+                                    detail::printf_string(" against rung 3's %.0f", tokens_per_second(base3))
                               : "checkpointing kept: without it nothing fits the budget";
         } else {
-            rule = format_double("checkpointing dropped: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
-                   format_double(", not more than 5%% faster than rung 3's %.0f", tokens_per_second(base3));
+            rule = detail::printf_string("checkpointing dropped: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
+                   detail::printf_string(", not more than 5%% faster than rung 3's %.0f", tokens_per_second(base3));
         }
     } else if (!base3.fits) {
         kept = rungs[rungs.size() - 1];
         rule = "checkpointing kept: without it nothing fits the budget";
     } else {
-        const Rung& r4 = rungs.back();
-        rule = format_double("checkpointing dropped: it frees %.1f MiB ",
+        const LadderRung& r4 = rungs.back();
+        rule = detail::printf_string("checkpointing dropped: it frees %.1f MiB ",
                              (static_cast<double>(base3.result.peak_total) - static_cast<double>(r4.result.peak_total)) /
                                  1048576.0) +
                "but allows no larger micro-batch" +
-               format_double(" and costs %.0f%% of tokens/s",
+               detail::printf_string(" and costs %.0f%% of tokens/s",
                              100.0 * (1.0 - tokens_per_second(r4) / std::max(1.0, tokens_per_second(base3))));
     }
     std::printf("ladder: %s\n", rule.c_str());
 
     // 5: a shorter context, same tokens per update.
     if (T >= 2) {
-        rungs.push_back(make("5 shorter context", kept.options.precision, kept.options.batch, kept.options.accum * 2, T / 2,
-                             kept.options.checkpoint));
+        rungs.push_back(make("5 shorter context", kept.options.run.precision, kept.options.run.micro_batch, kept.options.run.accumulation * 2, T / 2,
+                             kept.options.run.checkpoint));
         rungs.back().note = "continues from " + kept.name;
         run(rungs.back());
     }
 
     // Loss per unit of compute, at the smallest total any rung reached.
     double common = 0.0;
-    for (const Rung& r : rungs)
+    for (const LadderRung& r : rungs)
         if (r.ran && r.result.summary.total_model_flops > 0.0)
             common = common == 0.0 ? r.result.summary.total_model_flops : std::min(common, r.result.summary.total_model_flops);
-    for (Rung& r : rungs) {
+    for (LadderRung& r : rungs) {
         if (!r.ran) continue;
-        r.loss_at_equal_flops = snug::loss_at_flops(r.result.records, common);
+        r.loss_at_equal_flops = loss_at_flops(r.result.records, common);
         r.mean_loss_over_flops = mean_loss_over_flops(r.result.records, common);
     }
 
@@ -253,30 +267,35 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
     std::printf("\nVRAM ladder: %d layers, %d heads, %d channels, T %d, %d sequences per update, %d updates; "
                 "budget %s; %s\n",
                 config.n_layer, config.n_head, config.channels, T, wanted, base.steps,
-                budget ? snug::format_bytes(*budget).c_str() : "none", device.description.c_str());
+                budget ? format_bytes(*budget).c_str() : "none", device.description.c_str());
     std::printf("%-24s %-5s %8s %5s %-10s %10s %10s %-5s %10s %10s %10s %9s %9s\n", "rung", "prec", "B x n", "T",
                 "ckpt", "peak MiB", "pred MiB", "fits", "tokens/s", "loss@F", "mean loss", "val loss", "wall s");
-    for (const Rung& r : rungs) {
-        const std::string bn = std::to_string(r.options.batch) + "x" + std::to_string(r.options.accum);
+    for (const LadderRung& r : rungs) {
+        const std::string bn = std::to_string(r.options.run.micro_batch) + "x" + std::to_string(r.options.run.accumulation);
         std::printf("%-24s %-5s %8s %5d %-10s %10s %10s %-5s %10s %10s %10s %9s %9s\n", r.name.c_str(),
-                    r.options.precision.c_str(), bn.c_str(), r.options.seq, r.options.checkpoint.c_str(),
-                    r.ran ? mib(r.result.peak_total).c_str() : "-", mib(r.predicted.total).c_str(),
-                    !r.needed ? "-" : r.fits ? "yes" : "NO", r.ran ? format_double("%.0f", tokens_per_second(r)).c_str() : "-",
-                    r.loss_at_equal_flops ? format_double("%.4f", *r.loss_at_equal_flops).c_str() : "-",
-                    r.mean_loss_over_flops ? format_double("%.4f", *r.mean_loss_over_flops).c_str() : "-",
-                    r.ran && r.result.summary.final_val_loss ? format_double("%.4f", *r.result.summary.final_val_loss).c_str() : "-",
-                    r.ran ? format_double("%.1f", r.result.summary.wall_clock).c_str() : "-");
+                    r.options.run.precision_name(), bn.c_str(), r.options.run.seq, r.options.run.checkpoint_name(),
+                    r.ran ? detail::mib(r.result.peak_total).c_str() : "-", detail::mib(r.predicted.total).c_str(),
+                    !r.needed ? "-" : r.fits ? "yes" : "NO", r.ran ? detail::printf_string("%.0f", tokens_per_second(r)).c_str() : "-",
+                    r.loss_at_equal_flops ? detail::printf_string("%.4f", *r.loss_at_equal_flops).c_str() : "-",
+                    r.mean_loss_over_flops ? detail::printf_string("%.4f", *r.mean_loss_over_flops).c_str() : "-",
+                    r.ran && r.result.summary.final_val_loss ? detail::printf_string("%.4f", *r.result.summary.final_val_loss).c_str() : "-",
+                    r.ran ? detail::printf_string("%.1f", r.result.summary.wall_clock).c_str() : "-");
     }
     std::printf("F = %.3g model FLOPs (loss@F: training loss there; mean loss: the area under loss vs FLOPs up to F, / F)\n",
                 common);
     std::printf("%s\n", rule.c_str());
-    // On a GPU: the planner against what the driver gave each run.
-    for (const Rung& r : rungs)
-        if (r.ran && r.result.driver_peak > 0)
+    // On a GPU: what the planner says the card reserves (less its context
+    // estimate: the driver's figure is counted from after the context) against
+    // what the driver gave each run.
+    for (const LadderRung& r : rungs)
+        if (r.ran && r.result.driver_peak > 0) {
+            const std::size_t context = r.predicted.reserved >= cuda_reservation.context ? cuda_reservation.context : 0;
+            const std::size_t planned = r.predicted.reserved - context;
             std::printf("  %-24s driver %s MiB, planner %s MiB (%+.1f%%)\n", r.name.c_str(),
-                        mib(r.result.driver_peak).c_str(), mib(r.predicted.total).c_str(),
-                        100.0 * (static_cast<double>(r.predicted.total) / static_cast<double>(r.result.driver_peak) - 1.0));
-    for (const Rung& r : rungs)
+                        detail::mib(r.result.driver_peak).c_str(), detail::mib(planned).c_str(),
+                        100.0 * (static_cast<double>(planned) / static_cast<double>(r.result.driver_peak) - 1.0));
+        }
+    for (const LadderRung& r : rungs)
         if (!r.note.empty()) std::printf("  %s: %s\n", r.name.c_str(), r.note.c_str());
 
     if (!lo.out.empty()) {
@@ -293,28 +312,31 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
         j["checkpoint_rule"] = rule;
         std::ostringstream csv;
         csv << "rung,precision,micro_batch,accumulation,seq,checkpoint,ran,fits,peak_bytes,predicted_peak_bytes";
-        for (snug::MemoryCategory c : snug::all_memory_categories)
-            csv << ",peak_" << snug::detail::json_key(snug::category_name(c));
+        for (MemoryCategory c : all_memory_categories)
+            csv << ",peak_" << detail::json_key(category_name(c));
         csv << ",tokens_per_second,loss_at_equal_flops,mean_loss_over_flops,val_loss,wall_clock_seconds,note\n";
         auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-        auto num = [](const std::optional<double>& v) { return v ? format_double("%.6g", *v) : std::string(); };
-        for (const Rung& r : rungs) {
+        auto num = [](const std::optional<double>& v) { return v ? detail::printf_string("%.6g", *v) : std::string(); };
+        for (const LadderRung& r : rungs) {
             nlohmann::json jr = {
                 {"name", r.name},
-                {"precision", r.options.precision},
-                {"micro_batch", r.options.batch},
-                {"accumulation", r.options.accum},
-                {"seq", r.options.seq},
-                {"checkpoint", r.options.checkpoint},
+                {"precision", r.options.run.precision_name()},
+                {"micro_batch", r.options.run.micro_batch},
+                {"accumulation", r.options.run.accumulation},
+                {"seq", r.options.run.seq},
+                {"checkpoint", r.options.run.checkpoint_name()},
                 {"ran", r.ran},
                 {"needed", r.needed},
                 {"fits", r.fits},
                 {"note", r.note},
                 {"recompute_plan", r.result.recompute_plan},
-                {"predicted_peak_bytes", bytes_json(r.predicted.peak, r.predicted.total)},
+                {"predicted_peak_bytes", detail::bytes_json(r.predicted.peak, r.predicted.total)},
+                // What the device reserves as the planner counts it: arena chunks whole, the
+                // device's allocation granularity and context (the host: exact allocations).
+                {"predicted_reserved_bytes", r.predicted.reserved},
                 // At the moment of the total's peak (sums to it), and each category's own peak.
-                {"peak_bytes", r.ran ? bytes_json(r.result.at_peak, r.result.peak_total) : nlohmann::json(nullptr)},
-                {"category_peak_bytes", r.ran ? bytes_json(r.result.peak_bytes, r.result.peak_total) : nlohmann::json(nullptr)},
+                {"peak_bytes", r.ran ? detail::bytes_json(r.result.at_peak, r.result.peak_total) : nlohmann::json(nullptr)},
+                {"category_peak_bytes", r.ran ? detail::bytes_json(r.result.peak_bytes, r.result.peak_total) : nlohmann::json(nullptr)},
                 {"driver_peak_bytes", r.ran && r.result.driver_peak > 0 ? nlohmann::json(r.result.driver_peak)
                                                                           : nlohmann::json(nullptr)},
                 {"tokens_per_second", r.ran ? opt(r.result.summary.median_tokens_per_second) : nlohmann::json(nullptr)},
@@ -325,7 +347,7 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
             };
             nlohmann::json curve = nlohmann::json::array();
             double flops = 0.0;
-            for (const snug::StepRecord& s : r.result.records) {
+            for (const StepRecord& s : r.result.records) {
                 flops += s.model_flops;
                 curve.push_back({{"step", s.step}, {"flops", flops}, {"wall_clock", s.wall_clock},
                                  {"train_loss", s.train_loss}, {"val_loss", opt(s.val_loss)}});
@@ -336,20 +358,20 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
             std::string note = r.note.substr(0, r.note.find('\n'));
             for (char& ch : note)
                 if (ch == '"') ch = '\'';
-            csv << '"' << r.name << "\"," << r.options.precision << ',' << r.options.batch << ',' << r.options.accum << ','
-                << r.options.seq << ',' << r.options.checkpoint << ',' << (r.ran ? 1 : 0) << ',' << (r.fits ? 1 : 0) << ','
+            csv << '"' << r.name << "\"," << r.options.run.precision_name() << ',' << r.options.run.micro_batch << ',' << r.options.run.accumulation << ','
+                << r.options.run.seq << ',' << r.options.run.checkpoint_name() << ',' << (r.ran ? 1 : 0) << ',' << (r.fits ? 1 : 0) << ','
                 << (r.ran ? std::to_string(r.result.peak_total) : "") << ',' << r.predicted.total;
-            for (snug::MemoryCategory c : snug::all_memory_categories)
+            for (MemoryCategory c : all_memory_categories)
                 csv << ',' << (r.ran ? std::to_string(r.result.peak_bytes[static_cast<std::size_t>(c)]) : "");
             csv << ',' << (r.ran ? num(r.result.summary.median_tokens_per_second) : "") << ','
                 << num(r.loss_at_equal_flops) << ',' << num(r.mean_loss_over_flops) << ','
                 << (r.ran ? num(r.result.summary.final_val_loss) : "") << ','
-                << (r.ran ? format_double("%.3f", r.result.summary.wall_clock) : "") << ",\"" << note << "\"\n";
+                << (r.ran ? detail::printf_string("%.3f", r.result.summary.wall_clock) : "") << ",\"" << note << "\"\n";
         }
         const std::string json_text = j.dump(1) + "\n", csv_text = csv.str();
         const std::filesystem::path dir(lo.out);
-        snug::io::atomic_write(dir / "ladder.json", [&](snug::io::FileWriter& w) { w.write(json_text.data(), json_text.size()); });
-        snug::io::atomic_write(dir / "ladder.csv", [&](snug::io::FileWriter& w) { w.write(csv_text.data(), csv_text.size()); });
+        io::atomic_write(dir / "ladder.json", [&](io::FileWriter& w) { w.write(json_text.data(), json_text.size()); });
+        io::atomic_write(dir / "ladder.csv", [&](io::FileWriter& w) { w.write(csv_text.data(), csv_text.size()); });
         std::printf("ladder: %s/ladder.json, %s/ladder.csv (plots: python3 tools/plot_ladder.py %s/ladder.json --out %s)\n",
                     lo.out.c_str(), lo.out.c_str(), lo.out.c_str(), lo.out.c_str());
     }
@@ -358,23 +380,22 @@ std::vector<Rung> run_ladder(const Options& base, const LadderOptions& lo, const
 
 // The ladder as a program's job: device, capacity, exit code (0 when every
 // rung that ran trained without error).
-inline int run_ladder_program(const Options& o, const LadderOptions& lo, const snug::GPTConfig& shape,
-                              const DeviceInfo& device) {
+inline int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, const DeviceInfo& device) {
     std::printf("device: %s\n", device.description.c_str());
     std::fflush(stdout);
-    std::vector<Rung> rungs;
+    std::vector<LadderRung> rungs;
 #if defined(SNUG_CUDA_BACKEND)
     if (device.cuda) {
         std::size_t free_bytes = 0, total_bytes = 0;
-        snug::cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));
-        rungs = run_ladder<snug::Cuda>(o, lo, shape, device, snug::cuda::Blas::workspace_bytes_for_current_device(),
-                                       free_bytes - free_bytes / 10);
+        cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));
+        // The card's memory less a tenth; the plan counts the context itself.
+        rungs = run_ladder<Cuda>(o, lo, device, plan_target(device), total_bytes - total_bytes / 10);
     } else
 #endif
-        rungs = run_ladder<snug::Host>(o, lo, shape, device, 0, std::nullopt);
-    for (const Rung& r : rungs)
+        rungs = run_ladder<Host>(o, lo, device, plan_target(device), std::nullopt);
+    for (const LadderRung& r : rungs)
         if (r.result.exit_code != 0 && r.result.exit_code != 3) return 1;
     return 0;
 }
 
-}  // namespace train_gpt
+}  // namespace snug

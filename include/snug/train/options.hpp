@@ -1,0 +1,72 @@
+// TrainOptions: everything one GPT training run is asked to do, as a plain
+// struct — the engine's input (snug/train/run.hpp). A program fills it from
+// its command line (examples/train_gpt parses one with CLI11; the library
+// parses none), from a config file, or in code.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "snug/nn/gpt_config.hpp"
+#include "snug/train/run_spec.hpp"
+
+namespace snug {
+
+struct TrainOptions {
+    // The model: a preset, a shape, or a file (init_from: llm.c .bin or a Hugging Face directory).
+    std::string model;        // preset name (d12, 124M, ...); empty: layers / heads / channels
+    int layers = 2, heads = 4, channels = 128;
+    int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
+    std::string init_from;
+    // What decides memory and speed.
+    RunSpec run{};
+    std::optional<std::size_t> budget_bytes = std::size_t{12} << 30;  // the tracker's budget (nullopt: none)
+    // The optimisation.
+    float lr = 3e-3f;
+    int warmup = 20;
+    float min_lr_frac = 0.1f;
+    float weight_decay = 0.1f;
+    float clip = 1.0f;
+    int steps = 1000;
+    std::uint64_t seed = 1337;
+    // Data and evaluation.
+    std::string data = "builtin";  // builtin, text:PATH (bytes) or tokens:GLOB (llm.c token files)
+    std::string val;               // tokens:GLOB validation data for tokens: (empty: the last 10% of data)
+    int alphabet = 8;              // characters of the built-in corpus
+    int eval_every = 100;
+    int eval_batches = 4;
+    // Files.
+    std::string out;          // metrics.jsonl, summary.json, state.snug
+    std::string resume;       // a training-state file to continue from
+    int save_every = 0;       // updates between state saves (0: at the end and on a stop only)
+    int stop_after = 0;       // stop (and save) after this update, as Ctrl-C would (0: run to steps)
+    std::string save_model;   // llm.c model file written at the end
+    std::string model_dtype = "fp32";  // its parameters: fp32 (version 3) or bf16 (version 5)
+    std::string export_hf;    // directory for model.safetensors + config.json
+    // Sampling.
+    int sample = 256;         // tokens generated at the end (0: none)
+    std::string prompt;       // byte data only (empty: the start of the validation data)
+    float temperature = 0.8f;
+    int top_k = 0;
+    // Reporting.
+    double flops_budget = 0.0;  // model FLOPs at which "loss at equal FLOPs" is read (0: the run's total)
+    bool quiet = false;         // the ladder: no per-update lines, no summary table, no sample
+
+    // Where the training state goes: out/state.snug (none without out).
+    std::string state_path() const {
+        return out.empty() ? std::string() : (std::filesystem::path(out) / "state.snug").string();
+    }
+    // The shape asked for: the preset, or layers / heads / channels (vocabulary and context come later).
+    GPTConfig shape() const {
+        if (!model.empty()) return GPTConfig::preset(model);
+        GPTConfig c;
+        c.n_layer = layers;
+        c.n_head = heads;
+        c.channels = channels;
+        return c;
+    }
+};
+
+}  // namespace snug

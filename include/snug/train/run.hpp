@@ -1,0 +1,478 @@
+// The run loop: one GPT training run, top to bottom, that returns what it
+// measured instead of exiting (a program prints it, the VRAM ladder compares
+// runs).
+//
+// train<Dev, Precision, Checkpoint>(options, data, model source, device):
+//   the session (the budget), the model, the token buffers, TrainStep;
+//   resume: the saved state replaces weights, optimizer, scaler, data position;
+//   each update: LR from the schedule, n micro-batches, TrainStep::step, a record
+//   (JSON line + progress), validation at the interval, the state saved every
+//   save_every updates and when a stop is asked for (Ctrl-C, stop_after);
+//   the end: the summary, the state and model files asked for, a sample.
+// run_training<Dev>(...) picks the policy types from options.run (RunSpec::visit);
+// run_evaluation<Dev>(...) only evaluates a model (--eval-only).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/data/loader.hpp"
+#include "snug/data/tokenizer.hpp"
+#include "snug/io/file.hpp"
+#include "snug/io/hf_export.hpp"
+#include "snug/io/llmc_model.hpp"
+#include "snug/snug.hpp"
+#include "snug/train/data_source.hpp"
+#include "snug/train/host_allocation.hpp"
+#include "snug/train/lr_schedule.hpp"
+#include "snug/train/metrics.hpp"
+#include "snug/train/model_source.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/run_plan.hpp"
+#include "snug/train/run_spec.hpp"
+#include "snug/train/sampling.hpp"
+#include "snug/train/session.hpp"
+#include "snug/train/state_file.hpp"
+
+namespace snug {
+
+inline bool stdout_is_terminal() { return ::isatty(::fileno(stdout)) != 0; }
+
+// ---- Ctrl-C --------------------------------------------------------------------
+
+// Set by SIGINT/SIGTERM once a program calls install_stop_handler (the
+// library installs none by itself); the loop finishes the update in flight,
+// saves the state and stops. A second Ctrl-C kills as usual.
+inline std::atomic<bool> stop_requested{false};
+
+extern "C" inline void on_stop_signal(int) {
+    stop_requested.store(true);
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+}
+
+inline void install_stop_handler() {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+}
+
+// ---- what a run is, for the state file -----------------------------------------------
+
+// The options a resumed run must share with the run that saved the state.
+// The rest may change on resume: steps, schedule, evaluation, files, and the
+// checkpoint policy (recomputation gives the same gradients bit for bit, so
+// a run may move to a smaller card with --checkpoint auto and continue).
+// The optimizer's settings are checked by load_training_state itself.
+inline nlohmann::json run_identity(const TrainOptions& o, const GPTConfig& c) {
+    return {{"layers", c.n_layer},         {"heads", c.n_head},       {"channels", c.channels},
+            {"vocab", c.vocab_size},       {"context", c.max_seq_len}, {"precision", o.run.precision_name()},
+            {"batch", o.run.micro_batch},  {"seq", o.run.seq},         {"accum", o.run.accumulation},
+            {"data", o.data},              {"val", o.val},             {"alphabet", o.alphabet}};
+}
+
+// Throws ConfigError naming the first option that differs from the saved run's.
+inline void check_resume_identity(const std::string& path, const std::string& saved_text, const nlohmann::json& now) {
+    nlohmann::json saved;
+    try {
+        saved = nlohmann::json::parse(saved_text);
+    } catch (const nlohmann::json::exception&) {
+        throw FileError(path + ": its run description is not JSON; was it written by train_gpt?");
+    }
+    for (const auto& [key, value] : now.items()) {
+        if (!saved.contains(key))
+            throw ConfigError("--resume " + path + ": the saved run does not record '" + key + "'");
+        if (saved[key] != value)
+            throw ConfigError("--resume " + path + ": " + key + " was " + saved[key].dump() +
+                              " in the saved run but is " + value.dump() + " now; resume with the same value");
+    }
+}
+
+// ---- one run -----------------------------------------------------------------------
+
+// What a run measured: the ladder reads it; train_gpt prints it.
+struct RunResult {
+    int exit_code = 0;              // 0 done, 1 numerics, 3 out of the memory budget, 130 stopped by Ctrl-C
+    bool fit = true;                // false: OutOfMemory (out_of_memory says where)
+    std::string out_of_memory;      // the tracker's breakdown
+    bool interrupted = false;
+    std::vector<StepRecord> records;
+    RunSummary summary;
+    std::optional<double> first_val_loss;
+    std::string recompute_plan;
+    MemoryBreakdown peak_bytes{};   // each category's own peak
+    MemoryBreakdown at_peak{};      // the categories at the moment of the total's peak (they sum to it)
+    std::size_t peak_total = 0;
+    std::size_t driver_peak = 0;    // CUDA: the driver's used memory for this run (Session); 0 on the host
+};
+
+inline std::string describe_plan(std::span<const Recompute> plan) {
+    std::string out;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+        if (i > 0) out += ' ';
+        out += recompute_name(plan[i]);
+    }
+    return out;
+}
+
+// The fp32 weights of a model being trained: the optimizer's master copy for
+// 16-bit types, the parameters themselves for fp32.
+template <class Step, class Dev>
+std::vector<float> master_weights(Step& step, const Dev& dev) {
+    const std::int64_t P = step.model().num_parameters();
+    std::vector<float> w(static_cast<std::size_t>(P));
+    if constexpr (std::is_same_v<typename Step::Act, float>)
+        download(dev, w.data(), step.model().parameters(), P);
+    else
+        download(dev, w.data(), step.optimizer().master(), P);
+    return w;
+}
+
+// --model-dtype: fp32 (llm.c version 3) or bf16 (version 5); anything else
+// throws ConfigError naming it.
+inline io::LlmcVersion llmc_version(const std::string& dtype) {
+    if (dtype == "fp32") return io::LlmcVersion::fp32;
+    if (dtype == "bf16") return io::LlmcVersion::bf16;
+    throw ConfigError("model dtype '" + dtype + "': an llm.c model file holds fp32 or bf16 parameters");
+}
+
+// The model files asked for at the end: --save-model (llm.c) and --export-hf.
+inline void write_model_files(const TrainOptions& o, const GPTConfig& config, const std::vector<float>& weights) {
+    if (!o.save_model.empty()) {
+        const io::LlmcVersion version = llmc_version(o.model_dtype);
+        io::write_llmc_model(o.save_model, config, weights, version);
+        std::printf("model: %s (llm.c, version %d, %s)\n", o.save_model.c_str(), static_cast<int>(version),
+                    o.model_dtype.c_str());
+    }
+    if (!o.export_hf.empty()) {
+        io::export_hf_gpt2(o.export_hf, config, weights);
+        std::printf("model: %s/model.safetensors + config.json (Hugging Face GPT-2)\n", o.export_hf.c_str());
+    }
+}
+
+// summary.json: the summary table's numbers and the run's configuration.
+inline void write_summary_json(const TrainOptions& o, const RunResult& r, const TrainData& data, const DeviceInfo& device,
+                               const char* precision) {
+    const RunSummary& summary = r.summary;
+    auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+    const nlohmann::json j = {
+        {"steps", summary.steps},
+        {"tokens", summary.tokens},
+        {"wall_clock_seconds", summary.wall_clock},
+        {"median_tokens_per_second", opt(summary.median_tokens_per_second)},
+        {"median_mfu", opt(summary.median_mfu)},
+        {"final_train_loss", opt(summary.final_train_loss)},
+        {"first_val_loss", opt(r.first_val_loss)},
+        {"final_val_loss", opt(summary.final_val_loss)},
+        {"loss_floor", opt(data.floor)},
+        {"total_model_flops", summary.total_model_flops},
+        {"flops_budget", summary.flops_budget},
+        {"loss_at_equal_flops", opt(summary.loss_at_equal_flops)},
+        {"peak_bytes_total", r.peak_total},
+        {"device", device.description},
+        {"precision", precision},
+        {"checkpoint", o.run.checkpoint_name()},
+        {"recompute_plan", r.recompute_plan},
+        {"micro_batch", o.run.micro_batch},
+        {"seq", o.run.seq},
+        {"accumulation", o.run.accumulation},
+    };
+    const std::string text = j.dump(2) + "\n";
+    io::atomic_write(std::filesystem::path(o.out) / "summary.json",
+                           [&](io::FileWriter& w) { w.write(text.data(), text.size()); });
+    std::printf("metrics: %s/metrics.jsonl, %s/summary.json\n", o.out.c_str(), o.out.c_str());
+}
+
+template <class Dev, class Precision, class Checkpoint>
+RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
+                const snug::data::Tokenizer* tokenizer) {
+    using Model = GPT<typename Precision::compute_type, Dev>;
+    using Step = TrainStep<Model, Precision, accumulate::Steps, Checkpoint>;
+    const GPTConfig& config = source.config;
+    const int B = o.run.micro_batch, T = o.run.seq, n = o.run.accumulation;
+    const std::int64_t BT = std::int64_t{B} * T;
+    RunResult result;
+    Session<Dev> s(o.budget_bytes);
+    try {
+        // On the host a model too large for the machine fails in malloc:
+        // name_allocation says what and how much instead of std::bad_alloc.
+        const auto P = static_cast<std::size_t>(config.num_parameters());
+        constexpr std::size_t act_bytes = sizeof(typename Precision::compute_type);
+        std::optional<Model> model_storage;
+        name_allocation("the model's parameters and fp32 gradients (" + std::to_string(P) + " parameters)",
+                        P * (act_bytes + sizeof(float)), [&] { model_storage.emplace(config, s.tracker); });
+        Model& model = *model_storage;
+        model.load_weights(s.ctx.device, source.weights);
+        Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
+                                             "token ids");   // (n, B, T)
+        Buffer<std::int32_t, Dev> targets_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
+                                              "target ids");  // (n, B, T)
+
+        Checkpoint checkpoint{};
+        if constexpr (std::is_same_v<Checkpoint, checkpoint::Budget>) {
+            // What is left for activations once everything else the planner
+            // predicts is counted; no memory budget: no limit.
+            std::size_t bytes = std::numeric_limits<std::size_t>::max();
+            if (o.budget_bytes) bytes = activation_budget(plan_base(o, config, s.plan_target()), *o.budget_bytes);
+            checkpoint = checkpoint::Budget(bytes);
+            if (!o.quiet)
+                std::printf("checkpoint auto: %s for activations\n",
+                            o.budget_bytes ? format_bytes(bytes).c_str() : "no memory budget, no limit");
+        }
+        TrainConfig tc;
+        tc.adamw.lr = o.lr;
+        tc.adamw.weight_decay = o.weight_decay;
+        tc.max_grad_norm = o.clip;
+        const std::size_t state_bytes = P * sizeof(float) * (act_bytes < sizeof(float) ? 3 : 2);
+        std::optional<Step> step_storage;
+        name_allocation("the optimizer's state (AdamW moments" +
+                            std::string(act_bytes < sizeof(float) ? " and fp32 master weights)" : ")"),
+                        state_bytes, [&] {
+                            step_storage.emplace(model, s.tracker, s.ctx.device, source.weights, tc,
+                                                 Precision{}, accumulate::Steps(n), checkpoint);
+                        });
+        Step& step = *step_storage;
+
+        const LrSchedule schedule{o.lr, o.warmup, o.steps, o.min_lr_frac};
+        schedule.validate();
+        snug::data::BatchLoader train_loader(data.train, B, T, "training data");
+        snug::data::BatchLoader val_loader(data.val, B, T, "validation data");
+        std::vector<std::int32_t> host_tokens(static_cast<std::size_t>(n * BT)), host_targets(host_tokens.size());
+        std::vector<MicroBatch> batches;
+        for (int m = 0; m < n; ++m) batches.push_back({tokens_dev.data() + m * BT, targets_dev.data() + m * BT});
+
+        // --resume: weights, master weights, moments, scaler, data position, step.
+        const nlohmann::json identity = run_identity(o, config);
+        std::int64_t first_step = 0;
+        double wall_offset = 0.0;
+        if (!o.resume.empty()) {
+            const TrainingProgress p = load_training_state(o.resume, step, s.ctx.device);
+            check_resume_identity(o.resume, p.run_config, identity);
+            first_step = p.step;
+            wall_offset = p.wall_clock_seconds;
+            train_loader.set_position(p.train_position);
+            s.ctx.seed = p.seed;
+            s.ctx.rng_offset = p.rng_offset;
+            if (!o.quiet)
+                std::printf("resumed from %s at update %lld (%.1f s of training so far)\n", o.resume.c_str(),
+                            static_cast<long long>(first_step), wall_offset);
+            if (first_step >= o.steps)
+                throw ConfigError("--resume " + o.resume + ": the saved run already did " +
+                                  std::to_string(first_step) + " updates; ask for more with --steps");
+        }
+        const std::string state_path = o.state_path();
+        auto save_state = [&](std::int64_t done, double wall) {
+            if (state_path.empty()) return;
+            TrainingProgress p;
+            p.step = done;
+            p.tokens = done * n * BT;
+            p.train_position = train_loader.position();
+            p.seed = s.ctx.seed;
+            p.rng_offset = s.ctx.rng_offset;
+            p.wall_clock_seconds = wall;
+            p.run_config = identity.dump();
+            save_training_state(state_path, step, s.ctx.device, p);
+        };
+
+        auto evaluate = [&]() {
+            val_loader.set_position(0);  // the same batches every time: losses compare
+            double sum = 0.0;
+            for (int i = 0; i < o.eval_batches; ++i) {
+                val_loader.next(host_tokens.data(), host_targets.data());
+                upload(s.ctx.device, tokens_dev.data(), host_tokens.data(), BT);
+                upload(s.ctx.device, targets_dev.data(), host_targets.data(), BT);
+                sum += model.evaluate(s.ctx, tokens_dev.data(), targets_dev.data(), B, T);
+            }
+            return sum / o.eval_batches;
+        };
+        auto val_text = [&](double loss) {
+            std::string t = detail::printf_string("val loss %.4f nats", loss);
+            if (data.floor) t += detail::printf_string(" (floor %.4f)", *data.floor);
+            return t;
+        };
+
+        std::optional<JsonLinesFile> jsonl;
+        if (!o.out.empty()) jsonl.emplace(std::filesystem::path(o.out) / "metrics.jsonl", /*append=*/!o.resume.empty());
+        const bool live = !o.quiet && stdout_is_terminal();
+        ProgressDisplay display(stdout, live, o.quiet ? std::numeric_limits<std::int64_t>::max()
+                                                             : std::max(1, o.steps / 20));
+        const auto peak = peak_flops(device.name, Precision::name);
+        const double flops_per_token = config.flops_per_token(T);
+
+        // The first evaluation comes before the first update: it runs under
+        // the plan the update will use (TrainStep applies it at its first step).
+        model.set_recompute(plan_recompute(checkpoint, config, precision_kind<Precision>(), B, T));
+        if (first_step == 0) {
+            result.first_val_loss = evaluate();
+            if (!o.quiet) display.print("step 0: " + val_text(*result.first_val_loss));
+        }
+
+        result.records.reserve(static_cast<std::size_t>(o.steps - first_step));
+        using clock = std::chrono::steady_clock;
+        const auto start = clock::now();
+        auto wall = [&] { return wall_offset + std::chrono::duration<double>(clock::now() - start).count(); };
+        for (std::int64_t i = first_step; i < o.steps; ++i) {
+            const float lr = schedule(static_cast<int>(i));
+            const auto t0 = clock::now();
+            for (int m = 0; m < n; ++m) {
+                train_loader.next(host_tokens.data() + m * BT, host_targets.data() + m * BT);
+                upload(s.ctx.device, tokens_dev.data() + m * BT, host_tokens.data() + m * BT, BT);
+                upload(s.ctx.device, targets_dev.data() + m * BT, host_targets.data() + m * BT, BT);
+            }
+            const StepResult r = step.step(s.ctx, batches, B, T, lr);
+            const auto t1 = clock::now();
+            result.driver_peak = std::max(result.driver_peak, s.driver_used_by_session());
+            if (i == first_step) {
+                result.recompute_plan = describe_plan(step.recompute_plan());
+                if (!o.quiet) std::printf("recompute plan: %s\n", result.recompute_plan.c_str());
+            }
+
+            StepRecord rec;
+            rec.step = i + 1;
+            rec.train_loss = r.loss;
+            rec.lr = lr;
+            rec.grad_norm = r.grad_norm;
+            rec.loss_scale = r.loss_scale;
+            rec.skipped = r.skipped;
+            rec.tokens = r.tokens;
+            rec.seconds = std::chrono::duration<double>(t1 - t0).count();
+            rec.model_flops = flops_per_token * static_cast<double>(r.tokens);
+            rec.hardware_flops = rec.model_flops + recompute_flops_per_token(config, T, step.recompute_plan()) *
+                                                       static_cast<double>(r.tokens);
+            rec.peak_flops_per_second = peak;
+            for (MemoryCategory c : all_memory_categories)
+                rec.peak_bytes[static_cast<std::size_t>(c)] = s.tracker.peak(c);
+            rec.peak_total = s.tracker.peak_total();
+            if ((i + 1) % o.eval_every == 0 || i + 1 == o.steps) rec.val_loss = evaluate();
+            rec.wall_clock = wall();
+            result.records.push_back(rec);
+
+            if (jsonl) jsonl->write(to_json(rec));
+            if (!o.quiet) display.update(rec.step, progress_line(rec, o.steps));
+            if (rec.val_loss && !o.quiet) display.print("step " + std::to_string(rec.step) + ": " + val_text(*rec.val_loss));
+            if (!std::isfinite(r.loss) && !Precision::has_loss_scaler) {
+                display.finish();
+                std::fprintf(stderr, "train_gpt: the training loss is %f at update %lld; stopping (try a lower --lr)\n",
+                             static_cast<double>(r.loss), static_cast<long long>(i + 1));
+                result.exit_code = 1;
+                break;
+            }
+            const bool signalled = stop_requested.load();
+            const bool stopping = signalled || (o.stop_after > 0 && i + 1 == o.stop_after && i + 1 < o.steps);
+            if (stopping || (o.save_every > 0 && (i + 1) % o.save_every == 0 && i + 1 < o.steps)) {
+                save_state(i + 1, rec.wall_clock);
+                if (stopping) {
+                    display.finish();
+                    std::printf("stopped %s after update %lld; %s\n", signalled ? "by a signal" : "as asked (--stop-after)",
+                                static_cast<long long>(i + 1),
+                                state_path.empty() ? "no state saved (no --out)"
+                                                   : ("state saved to " + state_path + " (continue with --resume " +
+                                                      state_path + ")").c_str());
+                    result.interrupted = true;
+                    result.exit_code = signalled ? 130 : 0;
+                    break;
+                }
+            }
+        }
+        display.finish();
+        for (MemoryCategory c : all_memory_categories)
+            result.peak_bytes[static_cast<std::size_t>(c)] = s.tracker.peak(c);
+        result.at_peak = s.tracker.peak_breakdown();
+        result.peak_total = s.tracker.peak_total();
+        result.summary = summarize(
+            result.records, o.flops_budget > 0.0 ? std::optional<double>(o.flops_budget) : std::nullopt, data.floor);
+        result.summary.first_val_loss = result.first_val_loss;
+        if (result.interrupted || result.exit_code != 0) return result;
+
+        save_state(o.steps, wall());
+        if (o.quiet) return result;
+        std::printf("\n%s", render_summary(result.summary).c_str());
+        if (step.skipped_steps() > 0)
+            std::printf("  skipped updates          %lld (non-finite gradients)\n",
+                        static_cast<long long>(step.skipped_steps()));
+        if (!state_path.empty()) std::printf("state: %s\n", state_path.c_str());
+        if (!o.out.empty()) write_summary_json(o, result, data, device, Precision::name);
+        if (!o.save_model.empty() || !o.export_hf.empty())
+            write_model_files(o, config, master_weights(step, s.ctx.device));
+
+        if (o.sample > 0) print_sample(model, s, o, data, tokenizer);
+    } catch (const OutOfMemory& e) {
+        result.fit = false;
+        result.exit_code = 3;
+        result.out_of_memory = e.what();
+        for (MemoryCategory c : all_memory_categories)
+            result.peak_bytes[static_cast<std::size_t>(c)] = s.tracker.peak(c);
+        result.at_peak = s.tracker.peak_breakdown();
+        result.peak_total = s.tracker.peak_total();
+    }
+    return result;
+}
+
+// --eval-only: the validation loss of a model (--init-from, or a fresh one)
+// over --eval-batches windows of the validation data; nothing is trained.
+template <class Dev, class Act>
+int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSource& source,
+                  const snug::data::Tokenizer* tokenizer) {
+    const int B = o.run.micro_batch, T = o.run.seq;
+    const std::int64_t BT = std::int64_t{B} * T;
+    Session<Dev> s(o.budget_bytes);
+    GPT<Act, Dev> model(source.config, s.tracker);
+    model.load_weights(s.ctx.device, source.weights);
+    Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(BT),
+                                         "token ids");   // (B, T)
+    Buffer<std::int32_t, Dev> targets_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(BT),
+                                          "target ids");  // (B, T)
+    snug::data::BatchLoader loader(data.val, B, T, "validation data");
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(BT)), targets(tokens.size());
+    // Whole windows only, each once: at most --eval-batches of them.
+    const std::int64_t windows = std::min<std::int64_t>(o.eval_batches, (std::int64_t(data.val.size()) - 1) / BT);
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < windows; ++i) {
+        loader.next(tokens.data(), targets.data());
+        upload(s.ctx.device, tokens_dev.data(), tokens.data(), BT);
+        upload(s.ctx.device, targets_dev.data(), targets.data(), BT);
+        sum += model.evaluate(s.ctx, tokens_dev.data(), targets_dev.data(), B, T);
+    }
+    const double loss = sum / static_cast<double>(windows);
+    std::printf("eval: loss %.4f nats (perplexity %.2f) over %lld tokens (%lld windows of %d x %d)",
+                loss, std::exp(loss), static_cast<long long>(windows * BT), static_cast<long long>(windows), B, T);
+    if (data.floor) std::printf(", floor %.4f", *data.floor);
+    std::printf("; peak memory %s\n", format_bytes(s.tracker.peak_total()).c_str());
+    if (o.sample > 0) print_sample(model, s, o, data, tokenizer);
+    return std::isfinite(loss) ? 0 : 1;
+}
+
+// One training run on device Dev with the options' precision and checkpoint
+// policy (o.run.visit picks the static types).
+template <class Dev>
+RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
+                       const snug::data::Tokenizer* tokenizer = nullptr) {
+    return o.run.visit([&]<class Precision, class Checkpoint>() {
+        return train<Dev, Precision, Checkpoint>(o, data, source, device, tokenizer);
+    });
+}
+
+// --eval-only on device Dev in the options' precision.
+template <class Dev>
+int run_evaluation(const TrainOptions& o, const TrainData& data, const ModelSource& source,
+                   const snug::data::Tokenizer* tokenizer = nullptr) {
+    return visit_precision(o.run.precision, [&]<class Precision>() {
+        return evaluate_only<Dev, typename Precision::compute_type>(o, data, source, tokenizer);
+    });
+}
+
+}  // namespace snug

@@ -1,0 +1,81 @@
+// Planning a run before it allocates anything: the memory planner's input for
+// the options (snug/train/planner.hpp), the outlook a run prints before it
+// trains, and --plan's report: the fastest configuration that fits a budget
+// and the largest model of the shape's family.
+#pragma once
+
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "snug/train/data_source.hpp"
+#include "snug/train/model_source.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/planner.hpp"
+#include "snug/train/run_spec.hpp"
+#include "snug/train/session.hpp"
+
+namespace snug {
+
+// The memory planner's view of a run (snug/train/planner.hpp): what train()
+// (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
+// plan is chosen (the input activation_budget takes).
+inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
+    return plan_input_for(o.run, config, target, !o.quiet && o.sample > 0 ? config.max_seq_len : 0);
+}
+
+// plan_base with the options' checkpoint policy (--checkpoint auto: the plan
+// checkpoint::Budget picks for the budget).
+inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
+    MemoryPlanInput in = plan_base(o, config, target);
+    if (o.run.checkpoint != CheckpointKind::automatic) {
+        in.recompute = recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
+    } else if (o.budget_bytes) {
+        const std::size_t bytes = activation_budget(in, *o.budget_bytes);
+        in.recompute = plan_recompute(checkpoint::Budget(bytes), config, in.precision, o.run.micro_batch, o.run.seq);
+    }
+    return in;
+}
+
+// Before training: the predicted peak, the memory per sequence, and the
+// largest micro-batch the budget allows.
+inline void print_memory_outlook(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device) {
+    std::printf("%s", memory_forecast(plan_input(o, config, plan_target(device)), o.budget_bytes).c_str());
+}
+
+
+// --plan: for the budget, the fastest configuration that fits (the order of
+// operations: the largest micro-batch, accumulation up to the wanted batch of
+// --batch x --accum sequences, the cheapest checkpoint policy), and the
+// largest model of the shape's depth family. Nothing is allocated.
+inline int print_plan(const TrainOptions& o, const DeviceInfo& device) {
+    if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
+    GPTConfig config;
+    if (o.init_from.empty()) {
+        config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
+    } else {
+        config = read_model_file(o.init_from).config;
+    }
+    config.validate();
+    const std::size_t budget = *o.budget_bytes;
+    const MemoryPlanInput in = plan_input(o, config, plan_target(device));
+    std::printf("device: %s; budget %s\n", device.description.c_str(), format_bytes(budget).c_str());
+    std::printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (%.2fM parameters), %s\n",
+                config.n_layer, config.n_head, config.channels, config.max_seq_len, config.vocab_size,
+                static_cast<double>(config.num_parameters()) / 1e6, o.run.precision_name());
+    std::printf("\nas asked (micro-batch %d x %d, checkpoint %s):\n%s%s", o.run.micro_batch, o.run.accumulation, o.run.checkpoint_name(),
+                memory_forecast(in, budget).c_str(), predict_memory(in).report().c_str());
+    const int wanted = o.run.micro_batch * o.run.accumulation;
+    std::printf("\nfastest configuration for %d sequences of %d tokens per update:\n%s", wanted, o.run.seq,
+                plan_for_budget(in, wanted, budget).report().c_str());
+    MemoryPlanInput one = in;
+    one.micro_batch = 1;
+    one.accumulation = 1;
+    std::printf("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n%s",
+                largest_model_that_fits(gpt_depth_family(config), one, budget).report().c_str());
+    return 0;
+}
+
+
+}  // namespace snug

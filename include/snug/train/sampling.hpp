@@ -1,0 +1,135 @@
+// Sampling from a model being trained: the next token from its logits
+// (temperature, top-k), a continuation of a prompt, and the sample a run
+// prints at its end, decoded as bytes or through an llm.c tokenizer.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "snug/core/error.hpp"
+#include "snug/core/rng.hpp"
+#include "snug/data/tokenizer.hpp"
+#include "snug/train/data_source.hpp"
+#include "snug/train/options.hpp"
+#include "snug/train/session.hpp"
+
+namespace snug {
+
+// Draws the next token from logits (vocab): greedy for temperature <= 0, else
+// softmax(logits / temperature) restricted to the top_k largest (top_k <= 0: all).
+inline int sample_token(const std::vector<float>& logits, float temperature, int top_k, Generator& rng) {
+    const int V = static_cast<int>(logits.size());
+    if (temperature <= 0.0f)
+        return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    std::vector<int> order(static_cast<std::size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    const int k = top_k > 0 ? std::min(top_k, V) : V;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)]; });
+    const double top = logits[static_cast<std::size_t>(order[0])];
+    std::vector<double> weights(static_cast<std::size_t>(k));
+    double sum = 0.0;
+    for (int i = 0; i < k; ++i) {
+        weights[static_cast<std::size_t>(i)] =
+            std::exp((logits[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])] - top) / temperature);
+        sum += weights[static_cast<std::size_t>(i)];
+    }
+    double u = static_cast<double>(rng.uniform()) * sum;
+    for (int i = 0; i < k; ++i) {
+        u -= weights[static_cast<std::size_t>(i)];
+        if (u < 0.0) return order[static_cast<std::size_t>(i)];
+    }
+    return order[static_cast<std::size_t>(k - 1)];
+}
+
+// Printable text: bytes as characters (\xNN for the unprintable); token ids
+// through the llm.c tokenizer when there is one, else as numbers.
+inline std::string printable(std::string_view bytes) {
+    std::string out;
+    for (const char ch : bytes) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '\n' || c >= 128 || (c >= 32 && c < 127)) {  // UTF-8 passes through
+            out += ch;
+        } else {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\x%02x", c);
+            out += esc;
+        }
+    }
+    return out;
+}
+
+inline std::string render_tokens(const std::vector<std::int32_t>& tokens, bool bytes,
+                                 const data::Tokenizer* tokenizer) {
+    if (bytes) {
+        std::string raw;
+        for (std::int32_t t : tokens) raw += static_cast<char>(static_cast<unsigned char>(t));
+        return printable(raw);
+    }
+    if (tokenizer != nullptr) return printable(tokenizer->decode(tokens));
+    std::string out;
+    for (std::int32_t t : tokens) {
+        if (!out.empty()) out += ' ';
+        out += std::to_string(t);
+    }
+    return out;
+}
+
+// The n tokens that follow `tokens` (the prompt), sampled one forward pass
+// at a time over the last max_seq_len tokens; o gives the seed, temperature
+// and top-k; vocab: the real vocabulary (the padded rows are never drawn).
+template <class Model, class Dev>
+std::vector<std::int32_t> generate(Model& model, Session<Dev>& s, std::vector<std::int32_t> tokens, int n,
+                                   const TrainOptions& o, int vocab) {
+    const int max_T = model.config().max_seq_len;
+    const int Vp = model.config().padded_vocab_size;
+    Buffer<std::int32_t, Dev> window(s.tracker, MemoryCategory::workspace,
+                                           static_cast<std::size_t>(max_T), "sampling window");
+    Generator rng(o.seed, /*offset=*/0x5a3e);
+    using Act = typename Model::value_type;
+    std::vector<Act> row(static_cast<std::size_t>(Vp));
+    std::vector<float> logits(static_cast<std::size_t>(vocab));
+    const std::size_t prompt = tokens.size();
+    for (int i = 0; i < n; ++i) {
+        const int T = static_cast<int>(std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(max_T)));
+        upload(s.ctx.device, window.data(), tokens.data() + (tokens.size() - static_cast<std::size_t>(T)), T);
+        model.forward(s.ctx, window.data(), nullptr, 1, T, 0.0f);
+        const auto view = model.logits();  // (1, T, Vp)
+        download(s.ctx.device, row.data(), view.data() + std::int64_t{T - 1} * Vp, Vp);
+        model.release(s.ctx);
+        for (int v = 0; v < vocab; ++v) logits[static_cast<std::size_t>(v)] = static_cast<float>(row[static_cast<std::size_t>(v)]);
+        tokens.push_back(sample_token(logits, o.temperature, o.top_k, rng));
+    }
+    return std::vector<std::int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(prompt), tokens.end());
+}
+
+// The sample at the end: from --prompt (byte data) or the start of the
+// validation data, decoded by the llm.c tokenizer when token data has one.
+template <class Model, class Dev>
+void print_sample(Model& model, Session<Dev>& s, const TrainOptions& o, const TrainData& data,
+                  const data::Tokenizer* tokenizer) {
+    std::vector<std::int32_t> prompt;
+    if (!o.prompt.empty()) {
+        if (!data.bytes)
+            throw ConfigError("--prompt needs byte-level data (builtin or text:); token data samples "
+                                    "start from the validation tokens");
+        for (const char c : o.prompt) prompt.push_back(static_cast<unsigned char>(c));
+    } else {
+        const std::size_t k = std::min<std::size_t>(8, data.val.size());
+        prompt.assign(data.val.begin(), data.val.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    const auto out = generate(model, s, prompt, o.sample, o, data.vocab);
+    const std::string shown_prompt = render_tokens(prompt, data.bytes, tokenizer);
+    const bool spaced = !data.bytes && tokenizer == nullptr;
+    const std::string text = shown_prompt + (spaced ? " " : "") + render_tokens(out, data.bytes, tokenizer);
+    std::printf("\nsample (temperature %.2f, top-k %s), prompt \"%s\":\n%s\n", static_cast<double>(o.temperature),
+                o.top_k > 0 ? std::to_string(o.top_k).c_str() : "all", shown_prompt.c_str(), text.c_str());
+}
+
+
+}  // namespace snug

@@ -1,0 +1,88 @@
+// RunSpec: names parse to the policies they say, unknown names are refused
+// naming the value (no silent default), and visit() hands over the static
+// policy types TrainStep is built from.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <type_traits>
+
+#include "snug/train/run_spec.hpp"
+
+namespace {
+
+// What visit() handed over, as names the test can compare.
+struct Seen {
+    std::string precision, checkpoint;
+    bool budget = false;
+    int every = 0;
+};
+
+template <class C>
+constexpr int every_k() {
+    if constexpr (requires { C::k; })
+        return C::k;
+    else
+        return 0;
+}
+
+Seen seen(const snug::RunSpec& spec) {
+    return spec.visit([]<class Precision, class Checkpoint>() {
+        return Seen{Precision::name, Checkpoint::name, std::is_same_v<Checkpoint, snug::checkpoint::Budget>,
+                    every_k<Checkpoint>()};
+    });
+}
+
+}  // namespace
+
+TEST_CASE("run spec: every name parses back to itself and visits its policy types") {
+    for (snug::CheckpointKind k : snug::all_checkpoint_kinds) {
+        CHECK(snug::parse_checkpoint_kind(snug::checkpoint_kind_name(k)) == k);
+        for (const char* p : {"fp32", "bf16", "fp16"}) {
+            const snug::RunSpec spec{snug::parse_precision_kind(p), k, 2, 8, 1};
+            const Seen s = seen(spec);
+            CHECK(s.precision == p);
+            CHECK(s.budget == (k == snug::CheckpointKind::automatic));
+        }
+    }
+    const snug::RunSpec every3{snug::PrecisionKind::bf16, snug::parse_checkpoint_kind("every:3"), 4, 16, 2};
+    CHECK(seen(every3).every == 3);
+    CHECK(std::string(every3.checkpoint_name()) == "every:3");
+    CHECK(std::string(every3.precision_name()) == "bf16");
+    CHECK(every3.tokens_per_update() == 2 * 4 * 16);
+    // fp16 is the dynamic loss scaler's policy, reached only by its own name.
+    const bool fp16_scaled = snug::visit_precision(snug::PrecisionKind::fp16, []<class P>() {
+        return std::is_same_v<P, snug::precision::Fp16<snug::DynamicLossScaler>>;
+    });
+    CHECK(fp16_scaled);
+}
+
+TEST_CASE("run spec: an unknown precision or checkpoint name is refused, naming it") {
+    // Before, any precision that was not fp32 or bf16 silently trained in fp16.
+    CHECK_THROWS_WITH(snug::parse_precision_kind("fp8"), Catch::Contains("'fp8'") && Catch::Contains("fp32, bf16 or fp16"));
+    CHECK_THROWS_AS(snug::parse_precision_kind("FP16"), snug::ConfigError);
+    CHECK_THROWS_AS(snug::parse_precision_kind(""), snug::ConfigError);
+    CHECK_THROWS_WITH(snug::parse_checkpoint_kind("every:5", "--checkpoint"),
+                      Catch::StartsWith("--checkpoint every:5: every:K is compiled for K = 2, 3, 4 only"));
+    CHECK_THROWS_WITH(snug::parse_checkpoint_kind("sometimes"),
+                      Catch::StartsWith("checkpoint sometimes: expected none, full, every:K"));
+    CHECK_THROWS_AS(snug::parse_checkpoint_kind("every:"), snug::ConfigError);
+}
+
+TEST_CASE("run spec: the planner's input carries the spec") {
+    const snug::GPTConfig c = snug::GPTConfig{}.with_vocab(64).with_context(16);
+    snug::GPTConfig small = c;
+    small.n_layer = 2;
+    small.n_head = 2;
+    small.channels = 16;
+    const snug::RunSpec spec{snug::PrecisionKind::fp16, snug::CheckpointKind::selective, 3, 8, 5};
+    const snug::MemoryPlanInput in = snug::plan_input_for(spec, small, {1234, snug::cuda_reservation}, 16);
+    CHECK(in.precision == snug::PrecisionKind::fp16);
+    CHECK(in.micro_batch == 3);
+    CHECK(in.seq == 8);
+    CHECK(in.accumulation == 5);
+    CHECK(in.backend_workspace == 1234);
+    REQUIRE(in.device.has_value());
+    CHECK(in.device->context == snug::cuda_reservation.context);
+    CHECK(in.sampling_window == 16);
+    CHECK(in.model.n_layer == 2);
+}
