@@ -63,6 +63,9 @@ int run(int argc, char** argv) {
     std::int64_t batch_tokens = 0;
     bool eval_only = false, plan = false;
     snug::LadderOptions ladder;
+#if defined(SNUG_PLOT_LADDER_SCRIPT)
+    ladder.plot_script = SNUG_PLOT_LADDER_SCRIPT;  // the source tree's tools/plot_ladder.py (examples/CMakeLists.txt)
+#endif
     bool run_ladder = false;
     CLI::App app{
         "train_gpt: train a GPT-2-style model and measure what each memory/speed choice costs.\n"

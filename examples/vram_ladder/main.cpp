@@ -7,7 +7,8 @@
 //
 //   vram_ladder                                  # host: a small model, a few minutes
 //   vram_ladder --model 124M --seq 1024 --batch 16 --vram-budget 12GiB --data tokens:...   # a GPU
-//   python3 tools/plot_ladder.py OUT/ladder.json --out OUT    # the plots
+//   python3 tools/plot_ladder.py OUT/ladder.json --out OUT    # the plots (the
+//                                                              # ladder runs it when matplotlib is there)
 //
 // Built by nvcc (main.cu) it runs on the GPU when there is one.
 #include <CLI/CLI.hpp>
@@ -50,6 +51,9 @@ int run(int argc, char** argv) {
     std::string vram_budget = "48MiB", device_name = "auto", mixed = "auto", checkpoint = "selective";
     snug::LadderOptions lo;
     lo.out = "ladder_out";
+#if defined(SNUG_PLOT_LADDER_SCRIPT)
+    lo.plot_script = SNUG_PLOT_LADDER_SCRIPT;  // the source tree's tools/plot_ladder.py (examples/CMakeLists.txt)
+#endif
     CLI::App app{"vram_ladder: walk the order of operations for one model under one memory budget and measure "
                  "each rung."};
     app.option_defaults()->always_capture_default();

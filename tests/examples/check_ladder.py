@@ -62,6 +62,17 @@ def main(path):
             problems.append(f"peak memory does not fall from rung {before_4} ({peak(before_4)}) to rung 4 ({peak('4')})")
         if not predicted("4") < predicted(before_4):
             problems.append("the planner does not predict the fall from rung %s to rung 4" % before_4)
+    # The ladder draws its plots itself when matplotlib is there.
+    try:
+        import matplotlib  # noqa: F401
+        have_matplotlib = True
+    except ImportError:
+        have_matplotlib = False
+    if have_matplotlib:
+        import os
+        for png in ["loss_vs_flops.png", "loss_vs_wallclock.png", "peak_memory.png"]:
+            if not os.path.isfile(os.path.join(os.path.dirname(path), png)):
+                problems.append(f"matplotlib is installed but the ladder did not draw {png}")
     for p in problems:
         print("FAIL:", p)
     if not problems:

@@ -31,8 +31,11 @@
 // one the device cannot hold is reported with the planner's breakdown.
 #pragma once
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -60,7 +63,40 @@ struct LadderOptions {
     std::string out;                     // ladder.csv, ladder.json (empty: the terminal table only)
     std::optional<PrecisionKind> mixed;  // rung 2's precision: bf16 or fp16 (nullopt: auto, bf16)
     CheckpointKind checkpoint = CheckpointKind::selective;  // rung 4's policy
+    // tools/plot_ladder.py, run with python3 after ladder.json is written
+    // (empty: no plots; the examples set it to the source tree's copy).
+    std::string plot_script;
 };
+
+namespace detail {
+
+// 'text' for a POSIX shell, single quotes inside escaped.
+inline std::string shell_quote(const std::string& text) {
+    std::string out = "'";
+    for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return out + "'";
+}
+
+// Runs the plot script on dir/ladder.json; says where the plots are, or the
+// exact command to make them (the script exits 3 without matplotlib).
+inline void plot_ladder(const std::string& script, const std::filesystem::path& dir) {
+    const std::string command = "python3 " + shell_quote(script) + " " + shell_quote((dir / "ladder.json").string()) +
+                                " --out " + shell_quote(dir.string());
+    std::fflush(stdout);
+    const int status = std::system((command + " > /dev/null 2>&1").c_str());
+    const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0)
+        std::printf("ladder: plots in %s (loss_vs_flops.png, loss_vs_wallclock.png, peak_memory.png)\n",
+                    dir.string().c_str());
+    else if (code == 3)
+        std::printf("ladder: no plots: matplotlib is missing (Debian: apt-get install python3-matplotlib); then run\n"
+                    "  %s\n", command.c_str());
+    else
+        std::printf("ladder: no plots (python3 %s); to make them run\n  %s\n",
+                    code == 127 ? "not found" : ("exited with " + std::to_string(code)).c_str(), command.c_str());
+}
+
+}  // namespace detail
 
 // One rung: its configuration, what it measured, the planner's prediction.
 struct LadderRung {
@@ -372,8 +408,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         const std::filesystem::path dir(lo.out);
         io::atomic_write(dir / "ladder.json", [&](io::FileWriter& w) { w.write(json_text.data(), json_text.size()); });
         io::atomic_write(dir / "ladder.csv", [&](io::FileWriter& w) { w.write(csv_text.data(), csv_text.size()); });
-        std::printf("ladder: %s/ladder.json, %s/ladder.csv (plots: python3 tools/plot_ladder.py %s/ladder.json --out %s)\n",
-                    lo.out.c_str(), lo.out.c_str(), lo.out.c_str(), lo.out.c_str());
+        std::printf("ladder: %s/ladder.json, %s/ladder.csv\n", lo.out.c_str(), lo.out.c_str());
+        if (!lo.plot_script.empty()) detail::plot_ladder(lo.plot_script, dir);
     }
     return rungs;
 }
