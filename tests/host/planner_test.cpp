@@ -254,6 +254,8 @@ TEST_CASE("what the device reserves: arena chunks whole, each allocation at the 
     CHECK(cuda.total == host.total);  // the tracker sees the same bytes
     CHECK(cuda.reserved == 11 * (std::size_t{2} << 20) + chunks + (std::size_t{512} << 20));
     CHECK(cuda.required == cuda.reserved);
+    CHECK(cuda.context == (std::size_t{512} << 20));
+    CHECK(host.context == 0);
     CHECK(cuda.report().find("device reserves") != std::string::npos);
     // A budget is checked against what the card reserves.
     CHECK(snug::largest_micro_batch(in, cuda.reserved - 1) == 0);

@@ -325,8 +325,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
     // what the driver gave each run.
     for (const LadderRung& r : rungs)
         if (r.ran && r.result.driver_peak > 0) {
-            const std::size_t context = r.predicted.reserved >= cuda_reservation.context ? cuda_reservation.context : 0;
-            const std::size_t planned = r.predicted.reserved - context;
+            const std::size_t planned = r.predicted.reserved - r.predicted.context;
             std::printf("  %-24s driver %s MiB, planner %s MiB (%+.1f%%)\n", r.name.c_str(),
                         detail::mib(r.result.driver_peak).c_str(), detail::mib(planned).c_str(),
                         100.0 * (static_cast<double>(planned) / static_cast<double>(r.result.driver_peak) - 1.0));

@@ -173,6 +173,8 @@ struct MemoryPlan {
     // granularity, the arenas' chunks whole (not their live bytes), plus the
     // context. Without a device in the input: the allocations' exact bytes.
     std::size_t reserved = 0;
+    // The part of `reserved` that is the device's context (0 without a device).
+    std::size_t context = 0;
     // What a budget is checked against: `reserved` for a device, else `total`.
     std::size_t required = 0;
 
@@ -285,7 +287,8 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     plan.total = tracker.peak_total();
     plan.at_total_peak = tracker.peak_breakdown();
     plan.peak_moment = moment;
-    plan.reserved = ledger.peak_bytes() + device.context;
+    plan.context = device.context;
+    plan.reserved = ledger.peak_bytes() + plan.context;
     plan.required = in.device ? plan.reserved : plan.total;
     return plan;
 }
