@@ -18,7 +18,10 @@
 //
 // This file is only the command line: it fills snug::TrainOptions and calls
 // the engine in include/snug/train/ (run.hpp, run_plan.hpp, ladder.hpp), so a
-// trainer of your own can start from a copy of it.
+// trainer of your own can start from a copy of it. What the engine reports
+// is printed by the TextReport that report.cpp makes: a file of its own,
+// always compiled by the host compiler, because the text is formatted with
+// fmt and nvcc cannot compile fmt.
 //
 // Exit codes: 0 done, 1 runtime error (file, numerics), 2 bad command line or
 // configuration (also --device cuda without a GPU), 3 out of the memory
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -36,10 +40,14 @@
 #include "snug/train/ladder.hpp"
 #include "snug/train/model_source.hpp"
 #include "snug/train/options.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/run.hpp"
 #include "snug/train/run_plan.hpp"
 #include "snug/train/run_spec.hpp"
 #include "snug/train/session.hpp"
+
+// The report that prints everything (report.cpp).
+std::unique_ptr<snug::Report> make_report();
 
 namespace {
 
@@ -150,8 +158,9 @@ int run(int argc, char** argv) {
 
     o.shape();  // an unknown --model preset is refused before any device is touched
     const snug::DeviceInfo device = snug::choose_device(device_name);
-    if (plan) return snug::print_plan(o, device);
-    if (run_ladder) return snug::run_ladder_program(o, ladder, device);
+    const std::unique_ptr<snug::Report> report = make_report();
+    if (plan) return snug::run_plan_program(o, device, *report);
+    if (run_ladder) return snug::run_ladder_program(o, ladder, device, *report);
 
     const std::int64_t tokens_per_update = o.run.tokens_per_update();
     const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1);
@@ -162,30 +171,19 @@ int run(int argc, char** argv) {
     if (!tokenizer_path.empty()) tokenizer.emplace(tokenizer_path);
     const snug::data::Tokenizer* decoder = tokenizer ? &*tokenizer : nullptr;
 
-    std::printf("device: %s\n", device.description.c_str());
-    std::printf("model: %d layers, %d heads, %d channels, context %d, vocab %d: %.2fM parameters, %.3g FLOPs/token; %s\n",
-                config.n_layer, config.n_head, config.channels, config.max_seq_len, config.vocab_size,
-                static_cast<double>(config.num_parameters()) / 1e6, config.flops_per_token(o.run.seq),
-                source.description.c_str());
-    std::printf("data: %s\n", data.description.c_str());
-    if (eval_only) {
-        std::fflush(stdout);
-        return snug::visit_device(device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, decoder); });
-    }
-    std::printf("precision %s, checkpoint %s, micro-batch %d x %d, %d per update: %lld tokens/update, %d updates\n",
-                o.run.precision_name(), o.run.checkpoint_name(), o.run.micro_batch, o.run.seq, o.run.accumulation,
-                static_cast<long long>(tokens_per_update), o.steps);
-    std::printf("lr %.3g (warmup %d, cosine to %.3g x), weight decay %.3g, clip %.3g; memory budget %s\n",
-                static_cast<double>(o.lr), o.warmup, static_cast<double>(o.min_lr_frac),
-                static_cast<double>(o.weight_decay), static_cast<double>(o.clip),
-                o.budget_bytes ? snug::format_bytes(*o.budget_bytes).c_str() : "none");
-    snug::print_memory_outlook(o, config, device);
+    report->device(device);
+    report->model(config, o.run.seq, source.description);
+    report->data(data);
+    if (eval_only)
+        return snug::visit_device(
+            device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, *report, decoder); });
+    report->training_setup(o);
+    snug::report_memory_outlook(o, config, device, *report);
     if (!o.out.empty()) std::filesystem::create_directories(o.out);
-    std::fflush(stdout);
 
     snug::install_stop_handler();
     const snug::RunResult r = snug::visit_device(
-        device, [&]<class Dev>() { return snug::run_training<Dev>(o, data, source, device, decoder); });
+        device, [&]<class Dev>() { return snug::run_training<Dev>(o, data, source, device, *report, decoder); });
     if (!r.fit) {
         std::fflush(stdout);
         std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", r.out_of_memory.c_str());

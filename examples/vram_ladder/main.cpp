@@ -10,17 +10,24 @@
 //   python3 tools/plot_ladder.py OUT/ladder.json --out OUT    # the plots (the
 //                                                              # ladder runs it when matplotlib is there)
 //
-// Built by nvcc (main.cu) it runs on the GPU when there is one.
+// Built by nvcc (main.cu) it runs on the GPU when there is one. Its text is
+// printed by the TextReport report.cpp makes, always host code (fmt, which
+// nvcc cannot compile).
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "snug/train/exit_codes.hpp"
 #include "snug/train/ladder.hpp"
 #include "snug/train/options.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/run_spec.hpp"
 #include "snug/train/session.hpp"
+
+// The report that prints everything (report.cpp).
+std::unique_ptr<snug::Report> make_report();
 
 namespace {
 
@@ -86,7 +93,7 @@ int run(int argc, char** argv) {
     if (mixed != "auto") lo.mixed = snug::parse_precision_kind(mixed);
     lo.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--ladder-checkpoint");
     o.shape();  // an unknown --model preset is refused before any device is touched
-    return snug::run_ladder_program(o, lo, snug::choose_device(device_name));
+    return snug::run_ladder_program(o, lo, snug::choose_device(device_name), *make_report());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "snug/report/text_report.hpp"
 #include "snug/train/metrics.hpp"
 
 namespace {

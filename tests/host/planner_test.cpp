@@ -17,6 +17,7 @@
 #include "snug/core/buffer.hpp"
 #include "snug/core/rng.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/report/text_report.hpp"
 #include "snug/train/planner.hpp"
 #include "snug/train/train_step.hpp"
 #include "support/host_run.hpp"
@@ -235,7 +236,7 @@ TEST_CASE("categories that a hand count gives") {
                     snug::ConfigError);
     CHECK_THROWS_AS(snug::parse_precision_kind("fp8"), snug::ConfigError);
     CHECK(snug::parse_precision_kind("bf16") == PrecisionKind::bf16);
-    CHECK(plan.report().find("optimizer state") != std::string::npos);
+    CHECK(snug::format_memory_plan(plan).find("optimizer state") != std::string::npos);
 }
 
 TEST_CASE("what the device reserves: arena chunks whole, each allocation at the device's granularity, the context") {
@@ -256,7 +257,7 @@ TEST_CASE("what the device reserves: arena chunks whole, each allocation at the 
     CHECK(cuda.required == cuda.reserved);
     CHECK(cuda.context == (std::size_t{512} << 20));
     CHECK(host.context == 0);
-    CHECK(cuda.report().find("device reserves") != std::string::npos);
+    CHECK(snug::format_memory_plan(cuda).find("device reserves") != std::string::npos);
     // A budget is checked against what the card reserves.
     CHECK(snug::largest_micro_batch(in, cuda.reserved - 1) == 0);
     CHECK(snug::largest_micro_batch(in, cuda.reserved) >= 2);
@@ -290,8 +291,12 @@ TEST_CASE("memory per sequence is what one more sequence adds to the measured pe
     in.micro_batch = 3;
     const Measured three = run_input(in, std::nullopt);
     CHECK(per_sequence == three.total - two.total);
-    const std::string forecast = snug::memory_forecast(in, std::size_t{1} << 30);
-    CHECK(forecast.find("memory per sequence") != std::string::npos);
+    const snug::MemoryOutlook outlook = snug::memory_outlook(in, std::size_t{1} << 30);
+    CHECK(outlook.bytes_per_sequence == per_sequence);
+    CHECK(outlook.plan.total == three.total);
+    CHECK(outlook.largest_micro_batch == snug::largest_micro_batch(in, std::size_t{1} << 30));
+    CHECK(snug::format_outlook(outlook).find("memory per sequence " + snug::format_bytes(per_sequence)) !=
+          std::string::npos);
 }
 
 TEST_CASE("the largest micro-batch fits its budget and one more does not") {
@@ -320,7 +325,7 @@ TEST_CASE("plan_for_budget (--plan): the largest dividing micro-batch first, the
         all.micro_batch = 8;
         const std::size_t budget = snug::predict_memory(all).total - 1;
         const snug::BudgetPlan plan = snug::plan_for_budget(base, wanted, budget);
-        INFO(plan.report());
+        INFO(snug::format_budget_plan(plan));
         REQUIRE(plan.fits);
         CHECK(plan.checkpoint == "none");
         CHECK(plan.micro_batch == 4);
@@ -339,7 +344,7 @@ TEST_CASE("plan_for_budget (--plan): the largest dividing micro-batch first, the
         one.accumulation = wanted;
         const std::size_t budget = snug::predict_memory(one).total - 1;
         const snug::BudgetPlan plan = snug::plan_for_budget(base, wanted, budget);
-        INFO(plan.report());
+        INFO(snug::format_budget_plan(plan));
         REQUIRE(plan.fits);
         CHECK(plan.checkpoint != "none");
         REQUIRE(plan.tried.size() >= 2);
@@ -359,7 +364,7 @@ TEST_CASE("plan_for_budget (--plan): the largest dividing micro-batch first, the
             chosen.accumulation = wanted / *plan.next_micro_batch;
             CHECK_THROWS_AS(run_input(chosen, budget), snug::OutOfMemory);
         }
-        CHECK(plan.report().find("why: the cheaper checkpoint") != std::string::npos);
+        CHECK(snug::format_budget_plan(plan).find("why: the cheaper checkpoint") != std::string::npos);
     }
 
     SECTION("nothing fits") {
@@ -418,7 +423,7 @@ TEST_CASE("the largest model of a family that fits, and one block deeper does no
     const std::size_t budget = least_at(4) - 1;
     REQUIRE(least_at(3) <= budget);
     const snug::ModelFit fit = snug::largest_model_that_fits(family, base, budget);
-    INFO(fit.report());
+    INFO(snug::format_model_fit(fit));
     CHECK(fit.depth == 3);
     CHECK(fit.next_depth_bytes == budget + 1);
     MemoryPlanInput chosen = base;

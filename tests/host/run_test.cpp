@@ -1,11 +1,17 @@
 // The run loop as a library call, no command line: a few updates of a tiny
-// model on the built-in corpus return what they measured; a budget too small
-// for the model returns exit code 3 with the tracker's breakdown instead of
-// throwing; a stop asked for after update K saves a state that resumes.
+// model on the built-in corpus return what they measured and report each
+// event in order; a budget too small for the model returns exit code 3 with
+// the tracker's breakdown instead of throwing; a stop asked for after update
+// K saves a state that resumes.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "snug/train/run.hpp"
 #include "support/temp_dir.hpp"
@@ -24,15 +30,46 @@ snug::TrainOptions tiny_options() {
     o.eval_every = 3;
     o.eval_batches = 1;
     o.sample = 0;
-    o.quiet = true;  // nothing printed but what a test asks for
     o.budget_bytes = std::nullopt;
     return o;
 }
 
-snug::RunResult train_fp32(const snug::TrainOptions& o) {
+// Each event the engine reports, as a short line: what happened, in order.
+struct RecordingReport : snug::Report {
+    std::vector<std::string> events;
+    void activation_budget(std::optional<std::size_t>) override { events.push_back("activation budget"); }
+    void resumed(const std::string&, std::int64_t step, double) override {
+        events.push_back("resumed at " + std::to_string(step));
+    }
+    void recompute_plan(std::span<const snug::Recompute> plan) override {
+        events.push_back("plan " + snug::describe_plan(plan));
+    }
+    void evaluation(std::int64_t step, double, std::optional<double> floor) override {
+        events.push_back("eval " + std::to_string(step) + (floor ? " with floor" : ""));
+    }
+    void progress(const snug::StepRecord& r, std::int64_t total) override {
+        events.push_back("step " + std::to_string(r.step) + "/" + std::to_string(total));
+    }
+    void stopped(std::int64_t step, bool signalled, const std::string& state) override {
+        events.push_back("stopped " + std::to_string(step) + (signalled ? " signalled" : "") +
+                         (state.empty() ? "" : " saved"));
+    }
+    void summary(const snug::RunSummary& s, std::int64_t skipped) override {
+        events.push_back("summary " + std::to_string(s.steps) + " skipped " + std::to_string(skipped));
+    }
+    void file_written(std::string_view what, const std::string&) override { events.push_back(std::string(what)); }
+    void sample(const snug::Sample& s) override { events.push_back("sample " + std::to_string(!s.text.empty())); }
+};
+
+snug::RunResult train_fp32(const snug::TrainOptions& o, snug::Report& report) {
     const snug::RunInputs in = snug::load_inputs(o, o.run.tokens_per_update() * o.steps + 1);
     const snug::DeviceInfo host = snug::choose_device("host");
-    return snug::train<snug::Host, snug::precision::Fp32, snug::checkpoint::None>(o, in.data, in.source, host, nullptr);
+    return snug::train<snug::Host, snug::precision::Fp32, snug::checkpoint::None>(o, in.data, in.source, host, report);
+}
+
+snug::RunResult train_fp32(const snug::TrainOptions& o) {
+    snug::Report silent;
+    return train_fp32(o, silent);
 }
 
 }  // namespace
@@ -48,6 +85,34 @@ TEST_CASE("run: a few updates return their records, losses and peak memory") {
     CHECK(*r.summary.final_val_loss < *r.first_val_loss);  // three updates at lr 3e-3 already learn the unigrams
     CHECK(r.peak_total > 0);
     CHECK(r.recompute_plan == "none none");
+}
+
+TEST_CASE("run: the engine reports each event once, in the order it happens") {
+    snug::test::TempDir dir;
+    snug::TrainOptions o = tiny_options();
+    o.out = dir.path.string();
+    o.sample = 4;
+    RecordingReport report;
+    const snug::RunResult r = train_fp32(o, report);
+    REQUIRE(r.exit_code == 0);
+    const std::vector<std::string> expected{"eval 0 with floor", "plan none none", "step 1/3",  "step 2/3",
+                                            "step 3/3",          "eval 3 with floor", "summary 3 skipped 0",
+                                            "state",             "metrics",           "sample 1"};
+    CHECK(report.events == expected);
+
+    // Stopped after update 2 and resumed: the stop, then the resume, then only update 3.
+    o.stop_after = 2;
+    o.sample = 0;
+    RecordingReport stopped;
+    train_fp32(o, stopped);
+    CHECK(stopped.events.back() == "stopped 2 saved");
+    o.stop_after = 0;
+    o.resume = o.state_path();
+    RecordingReport resumed;
+    train_fp32(o, resumed);
+    REQUIRE(resumed.events.size() >= 3);
+    CHECK(resumed.events[0] == "resumed at 2");
+    CHECK(resumed.events[2] == "step 3/3");
 }
 
 TEST_CASE("run: over the memory budget the run returns exit code 3 and the tracker's breakdown") {

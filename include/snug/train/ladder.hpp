@@ -51,6 +51,7 @@
 #include "snug/train/model_source.hpp"
 #include "snug/train/options.hpp"
 #include "snug/train/planner.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/run.hpp"
 #include "snug/train/run_plan.hpp"
 #include "snug/train/run_spec.hpp"
@@ -77,40 +78,19 @@ inline std::string shell_quote(const std::string& text) {
     return out + "'";
 }
 
-// Runs the plot script on dir/ladder.json; says where the plots are, or the
-// exact command to make them (the script exits 3 without matplotlib).
-inline void plot_ladder(const std::string& script, const std::filesystem::path& dir) {
+// Runs the plot script on dir/ladder.json: its exit code (3: no matplotlib)
+// and the exact command, for the report to say where the plots are or how
+// to make them.
+inline LadderPlots plot_ladder(const std::string& script, const std::filesystem::path& dir) {
     const std::string command = "python3 " + shell_quote(script) + " " + shell_quote((dir / "ladder.json").string()) +
                                 " --out " + shell_quote(dir.string());
     std::fflush(stdout);
     const int status = std::system((command + " > /dev/null 2>&1").c_str());
     const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code == 0)
-        std::printf("ladder: plots in %s (loss_vs_flops.png, loss_vs_wallclock.png, peak_memory.png)\n",
-                    dir.string().c_str());
-    else if (code == 3)
-        std::printf("ladder: no plots: matplotlib is missing (Debian: apt-get install python3-matplotlib); then run\n"
-                    "  %s\n", command.c_str());
-    else
-        std::printf("ladder: no plots (python3 %s); to make them run\n  %s\n",
-                    code == 127 ? "not found" : ("exited with " + std::to_string(code)).c_str(), command.c_str());
+    return {code, dir.string(), command};
 }
 
 }  // namespace detail
-
-// One rung: its configuration, what it measured, the planner's prediction.
-struct LadderRung {
-    std::string name;
-    std::string note;
-    TrainOptions options;                // options.run: precision, batch, accum, seq, checkpoint
-    bool ran = false;
-    bool needed = true;                  // false: rung 3 when the wanted batch fits as one micro-batch
-    RunResult result;
-    MemoryPlan predicted;
-    bool fits = false;                   // peak (measured, else predicted) within the budget
-    std::optional<double> loss_at_equal_flops;
-    std::optional<double> mean_loss_over_flops;  // area under loss vs FLOPs / F
-};
 
 // The planner's peak for a rung's configuration.
 inline MemoryPlan predict_rung(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
@@ -137,8 +117,8 @@ inline std::optional<double> mean_loss_over_flops(const std::vector<StepRecord>&
 }
 
 namespace detail {
-// Bytes as MiB with one decimal, the ladder table's unit.
-inline std::string mib(std::size_t bytes) { return printf_string("%.1f", static_cast<double>(bytes) / 1048576.0); }
+// A rate rounded to a whole number, for the checkpointing rule's text.
+inline std::string whole(double x) { return std::to_string(std::llround(x)); }
 
 // {category: bytes, ..., "total": total} for ladder.json.
 inline nlohmann::json bytes_json(const MemoryBreakdown& b, std::size_t total) {
@@ -153,7 +133,8 @@ inline nlohmann::json bytes_json(const MemoryBreakdown& b, std::size_t total) {
 // Runs the ladder and writes its table (terminal), ladder.csv and ladder.json.
 template <class Dev>
 std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions& lo, const DeviceInfo& device,
-                                   const PlanTarget& target, std::optional<std::size_t> device_capacity) {
+                                   const PlanTarget& target, std::optional<std::size_t> device_capacity,
+                                   Report& report) {
     const int wanted = base.run.micro_batch;
     const int T = base.run.seq;
     const std::optional<std::size_t> budget = base.budget_bytes;
@@ -171,7 +152,6 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         LadderRung r;
         r.name = std::move(name);
         r.options = base;
-        r.options.quiet = true;
         r.options.run = RunSpec{precision, checkpoint, B, seq, accum};
         r.options.out.clear();
         r.options.resume.clear();
@@ -190,18 +170,16 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         }
         return 0;
     };
+    Report silent;  // the rungs' own runs report nothing; the ladder reports each rung
     auto run = [&](LadderRung& r) {
-        std::printf("ladder: rung %-22s %-4s B %3d x %-3d T %4d checkpoint %-9s predicted peak %s MiB ...",
-                    r.name.c_str(), r.options.run.precision_name(), r.options.run.micro_batch,
-                    r.options.run.accumulation, r.options.run.seq, r.options.run.checkpoint_name(),
-                    detail::mib(r.predicted.required).c_str());
-        std::fflush(stdout);
+        report.rung_started(r);
         if (device_capacity && r.predicted.required > *device_capacity) {
             r.ran = false;
+            r.held = false;
             r.fits = false;
-            r.note = "not run: the device cannot hold its predicted " + format_bytes(r.predicted.required) +
-                     "\n" + r.predicted.report();
-            std::printf(" not run (the device cannot hold it)\n");
+            r.note = "not run: the device cannot hold its predicted " + format_bytes(r.predicted.required) + " (" +
+                     r.predicted.peak_moment + ")";
+            report.rung_finished(r);
             return;
         }
         // Measured even when over the budget (the machine can hold it): the
@@ -210,15 +188,12 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         o.budget_bytes = std::nullopt;
         const TrainData rung_data =
             o.run.seq == T ? data : load_data(o, std::int64_t{wanted} * T * base.steps + 1, data.vocab);
-        r.result = run_training<Dev>(o, rung_data, source, device);
+        r.result = run_training<Dev>(o, rung_data, source, device, silent);
         r.ran = r.result.fit && r.result.exit_code == 0;
         r.fits = r.ran && fits_budget(r.result.peak_total);
         if (!r.result.fit) r.note = "out of memory:\n" + r.result.out_of_memory;
         if (r.ran && !r.fits) r.note = "over the budget by " + format_bytes(r.result.peak_total - *budget);
-        std::printf(" peak %s MiB, %.0f tokens/s, val loss %.4f%s\n", detail::mib(r.result.peak_total).c_str(),
-                    r.result.summary.median_tokens_per_second.value_or(0.0), r.result.summary.final_val_loss.value_or(NAN),
-                    r.fits ? "" : "  (over the budget)");
-        std::fflush(stdout);
+        report.rung_finished(r);
     };
     auto tokens_per_second = [](const LadderRung& r) { return r.result.summary.median_tokens_per_second.value_or(0.0); };
     constexpr double keep_margin = 1.05;  // checkpointing must buy more than 5% of tokens/s
@@ -243,7 +218,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         skipped.note = "not needed: the wanted batch fits as one micro-batch (rung 2)";
         skipped.needed = false;
         skipped.fits = rung2.fits;
-        std::printf("ladder: rung 3 accumulation       not needed (rung 2 fits the budget)\n");
+        report.rung_not_needed(skipped);
         rungs.push_back(skipped);
     }
 
@@ -259,26 +234,25 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         const LadderRung& r4b = rungs.back();
         if (!base3.fits || (r4b.ran && tokens_per_second(r4b) > keep_margin * tokens_per_second(base3))) {
             kept = r4b;
-            rule = base3.fits ? detail::printf_string("checkpointing kept: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
-                                    detail::printf_string(" against rung 3's %.0f", tokens_per_second(base3))
+            rule = base3.fits ? "checkpointing kept: rung 4b runs " + detail::whole(tokens_per_second(r4b)) +
+                                    " tokens/s against rung 3's " + detail::whole(tokens_per_second(base3))
                               : "checkpointing kept: without it nothing fits the budget";
         } else {
-            rule = detail::printf_string("checkpointing dropped: rung 4b runs %.0f tokens/s", tokens_per_second(r4b)) +
-                   detail::printf_string(", not more than 5%% faster than rung 3's %.0f", tokens_per_second(base3));
+            rule = "checkpointing dropped: rung 4b runs " + detail::whole(tokens_per_second(r4b)) +
+                   " tokens/s, not more than 5% faster than rung 3's " + detail::whole(tokens_per_second(base3));
         }
     } else if (!base3.fits) {
         kept = rungs[rungs.size() - 1];
         rule = "checkpointing kept: without it nothing fits the budget";
     } else {
         const LadderRung& r4 = rungs.back();
-        rule = detail::printf_string("checkpointing dropped: it frees %.1f MiB ",
-                             (static_cast<double>(base3.result.peak_total) - static_cast<double>(r4.result.peak_total)) /
-                                 1048576.0) +
-               "but allows no larger micro-batch" +
-               detail::printf_string(" and costs %.0f%% of tokens/s",
-                             100.0 * (1.0 - tokens_per_second(r4) / std::max(1.0, tokens_per_second(base3))));
+        const std::size_t before = base3.result.peak_total, after = r4.result.peak_total;
+        rule = "checkpointing dropped: it frees " + (before > after ? format_bytes(before - after) : "nothing") +
+               " but allows no larger micro-batch and costs " +
+               detail::whole(100.0 * (1.0 - tokens_per_second(r4) / std::max(1.0, tokens_per_second(base3)))) +
+               "% of tokens/s";
     }
-    std::printf("ladder: %s\n", rule.c_str());
+    report.ladder_rule(rule);
 
     // 5: a shorter context, same tokens per update.
     if (T >= 2) {
@@ -299,39 +273,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         r.mean_loss_over_flops = mean_loss_over_flops(r.result.records, common);
     }
 
-    // The table.
-    std::printf("\nVRAM ladder: %d layers, %d heads, %d channels, T %d, %d sequences per update, %d updates; "
-                "budget %s; %s\n",
-                config.n_layer, config.n_head, config.channels, T, wanted, base.steps,
-                budget ? format_bytes(*budget).c_str() : "none", device.description.c_str());
-    std::printf("%-24s %-5s %8s %5s %-10s %10s %10s %-5s %10s %10s %10s %9s %9s\n", "rung", "prec", "B x n", "T",
-                "ckpt", "peak MiB", "pred MiB", "fits", "tokens/s", "loss@F", "mean loss", "val loss", "wall s");
-    for (const LadderRung& r : rungs) {
-        const std::string bn = std::to_string(r.options.run.micro_batch) + "x" + std::to_string(r.options.run.accumulation);
-        std::printf("%-24s %-5s %8s %5d %-10s %10s %10s %-5s %10s %10s %10s %9s %9s\n", r.name.c_str(),
-                    r.options.run.precision_name(), bn.c_str(), r.options.run.seq, r.options.run.checkpoint_name(),
-                    r.ran ? detail::mib(r.result.peak_total).c_str() : "-", detail::mib(r.predicted.total).c_str(),
-                    !r.needed ? "-" : r.fits ? "yes" : "NO", r.ran ? detail::printf_string("%.0f", tokens_per_second(r)).c_str() : "-",
-                    r.loss_at_equal_flops ? detail::printf_string("%.4f", *r.loss_at_equal_flops).c_str() : "-",
-                    r.mean_loss_over_flops ? detail::printf_string("%.4f", *r.mean_loss_over_flops).c_str() : "-",
-                    r.ran && r.result.summary.final_val_loss ? detail::printf_string("%.4f", *r.result.summary.final_val_loss).c_str() : "-",
-                    r.ran ? detail::printf_string("%.1f", r.result.summary.wall_clock).c_str() : "-");
-    }
-    std::printf("F = %.3g model FLOPs (loss@F: training loss there; mean loss: the area under loss vs FLOPs up to F, / F)\n",
-                common);
-    std::printf("%s\n", rule.c_str());
-    // On a GPU: what the planner says the card reserves (less its context
-    // estimate: the driver's figure is counted from after the context) against
-    // what the driver gave each run.
-    for (const LadderRung& r : rungs)
-        if (r.ran && r.result.driver_peak > 0) {
-            const std::size_t planned = r.predicted.reserved - r.predicted.context;
-            std::printf("  %-24s driver %s MiB, planner %s MiB (%+.1f%%)\n", r.name.c_str(),
-                        detail::mib(r.result.driver_peak).c_str(), detail::mib(planned).c_str(),
-                        100.0 * (static_cast<double>(planned) / static_cast<double>(r.result.driver_peak) - 1.0));
-        }
-    for (const LadderRung& r : rungs)
-        if (!r.note.empty()) std::printf("  %s: %s\n", r.name.c_str(), r.note.c_str());
+    report.ladder_table({config, T, wanted, base.steps, budget, device.description, common, rule}, rungs);
 
     if (!lo.out.empty()) {
         std::filesystem::create_directories(lo.out);
@@ -351,7 +293,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
             csv << ",peak_" << detail::json_key(category_name(c));
         csv << ",tokens_per_second,loss_at_equal_flops,mean_loss_over_flops,val_loss,wall_clock_seconds,note\n";
         auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-        auto num = [](const std::optional<double>& v) { return v ? detail::printf_string("%.6g", *v) : std::string(); };
+        auto num = [](const std::optional<double>& v) { return v ? nlohmann::json(*v).dump() : std::string(); };
         for (const LadderRung& r : rungs) {
             nlohmann::json jr = {
                 {"name", r.name},
@@ -401,33 +343,33 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
             csv << ',' << (r.ran ? num(r.result.summary.median_tokens_per_second) : "") << ','
                 << num(r.loss_at_equal_flops) << ',' << num(r.mean_loss_over_flops) << ','
                 << (r.ran ? num(r.result.summary.final_val_loss) : "") << ','
-                << (r.ran ? detail::printf_string("%.3f", r.result.summary.wall_clock) : "") << ",\"" << note << "\"\n";
+                << (r.ran ? num(r.result.summary.wall_clock) : "") << ",\"" << note << "\"\n";
         }
         const std::string json_text = j.dump(1) + "\n", csv_text = csv.str();
         const std::filesystem::path dir(lo.out);
         io::atomic_write(dir / "ladder.json", [&](io::FileWriter& w) { w.write(json_text.data(), json_text.size()); });
         io::atomic_write(dir / "ladder.csv", [&](io::FileWriter& w) { w.write(csv_text.data(), csv_text.size()); });
-        std::printf("ladder: %s/ladder.json, %s/ladder.csv\n", lo.out.c_str(), lo.out.c_str());
-        if (!lo.plot_script.empty()) detail::plot_ladder(lo.plot_script, dir);
+        report.ladder_files(lo.out);
+        if (!lo.plot_script.empty()) report.ladder_plots(detail::plot_ladder(lo.plot_script, dir));
     }
     return rungs;
 }
 
 // The ladder as a program's job: device, capacity, exit code (0 when every
 // rung that ran trained without error).
-inline int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, const DeviceInfo& device) {
-    std::printf("device: %s\n", device.description.c_str());
-    std::fflush(stdout);
+inline int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, const DeviceInfo& device,
+                              Report& report) {
+    report.device(device);
     std::vector<LadderRung> rungs;
 #if defined(SNUG_CUDA_BACKEND)
     if (device.cuda) {
         std::size_t free_bytes = 0, total_bytes = 0;
         cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));
         // The card's memory less a tenth; the plan counts the context itself.
-        rungs = run_ladder<Cuda>(o, lo, device, plan_target(device), total_bytes - total_bytes / 10);
+        rungs = run_ladder<Cuda>(o, lo, device, plan_target(device), total_bytes - total_bytes / 10, report);
     } else
 #endif
-        rungs = run_ladder<Host>(o, lo, device, plan_target(device), std::nullopt);
+        rungs = run_ladder<Host>(o, lo, device, plan_target(device), std::nullopt, report);
     for (const LadderRung& r : rungs)
         if (r.result.exit_code != 0 && r.result.exit_code != 3) return 1;
     return 0;

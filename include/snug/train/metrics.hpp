@@ -1,6 +1,7 @@
 // Training metrics: what one update cost and achieved (StepRecord), as one
-// JSON line per step (metrics.jsonl), a progress display (one live line on a
-// terminal, plain lines otherwise), and the end-of-run summary table.
+// JSON line per step (metrics.jsonl), and the end-of-run summary's numbers
+// (RunSummary). Their text (the progress line, the summary table) is
+// snug/report/text_report.hpp's.
 //
 // FLOPs follow GPTConfig::flops_per_token (6 N + 12 L C T per trained token,
 // the PaLM / llm.c convention). Hardware FLOPs add what recomputation runs
@@ -11,7 +12,7 @@
 //                          work, not counted, as no element-wise work is)
 // MFU = model FLOPs / s / peak, HFU = hardware FLOPs / s / peak, where the
 // device's dense peak for the precision is known (peak_flops); elsewhere they
-// are JSON null and the text says "unknown peak".
+// are JSON null (and the text leaves them out).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -123,11 +124,6 @@ inline std::string json_key(std::string_view name) {
     std::replace(key.begin(), key.end(), ' ', '_');
     return key;
 }
-inline std::string printf_string(const char* format, double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, value);
-    return buffer;
-}
 }  // namespace detail
 
 // The record as one JSON object (a line of metrics.jsonl). Unknown values
@@ -156,30 +152,6 @@ inline nlohmann::json to_json(const StepRecord& r) {
         {"wall_clock_seconds", r.wall_clock},
         {"val_loss", detail::optional_json(r.val_loss)},
     };
-}
-
-// "12.3%" or "unknown peak".
-inline std::string format_utilisation(const std::optional<double>& u) {
-    return u ? detail::printf_string("%.1f%%", 100.0 * *u) : std::string("unknown peak");
-}
-
-// One line for the progress display:
-// "step   12/300  loss 2.3456  lr 1.20e-03  norm 0.812  1234 tok/s  MFU 41.2%  peak 12.3 MiB"
-// The MFU column is left out where the device's peak is unknown (the host):
-// a reader should never see "unknown" where a result belongs.
-inline std::string progress_line(const StepRecord& r, std::int64_t total_steps) {
-    const int width = static_cast<int>(std::to_string(total_steps).size());
-    char head[96];
-    std::snprintf(head, sizeof head, "step %*lld/%lld  loss %.4f  lr %.2e  norm %.3f", width,
-                  static_cast<long long>(r.step), static_cast<long long>(total_steps), r.train_loss, r.lr,
-                  r.grad_norm);
-    std::string line = head;
-    if (r.loss_scale != 1.0) line += detail::printf_string("  scale %g", r.loss_scale);
-    if (r.skipped) line += "  SKIPPED (non-finite gradient)";
-    line += detail::printf_string("  %.0f tok/s", r.tokens_per_second());
-    if (const auto mfu = r.mfu()) line += "  MFU " + format_utilisation(mfu);
-    line += "  peak " + format_bytes(r.peak_total);
-    return line;
 }
 
 // The median of a set of values (the mean of the middle two for an even
@@ -255,37 +227,6 @@ inline RunSummary summarize(std::span<const StepRecord> records, std::optional<d
     return s;
 }
 
-// The summary as a table for the terminal, one quantity per line.
-inline std::string render_summary(const RunSummary& s) {
-    using detail::printf_string;
-    const auto loss = [](const std::optional<double>& v) {
-        return v ? printf_string("%.4f", *v) : std::string("n/a");
-    };
-    std::string out;
-    const auto row = [&](std::string_view name, const std::string& value) {
-        std::string line = "  " + std::string(name);
-        line.resize(std::max<std::size_t>(line.size() + 1, 26), ' ');
-        out += line + value + "\n";
-    };
-    out += "summary\n";
-    row("updates", std::to_string(s.steps) + " (" + std::to_string(s.tokens) + " tokens)");
-    row("wall-clock", printf_string("%.1f s", s.wall_clock));
-    row("median tokens/s",
-        s.median_tokens_per_second ? printf_string("%.0f", *s.median_tokens_per_second) : std::string("n/a"));
-    if (s.median_mfu) row("median MFU", format_utilisation(s.median_mfu));  // no row without a known peak
-    row("final train loss", loss(s.final_train_loss));
-    std::string val = loss(s.final_val_loss);
-    if (s.first_val_loss) val += " (first " + loss(s.first_val_loss) + ")";
-    if (s.loss_floor) val += ", floor " + loss(s.loss_floor);
-    row("final val loss", val);
-    row("loss at equal FLOPs", loss(s.loss_at_equal_flops) + printf_string(" at %.3e model FLOPs", s.flops_budget) +
-                                   (s.loss_at_equal_flops ? "" : printf_string(" (run total %.3e)", s.total_model_flops)));
-    row("peak memory", format_bytes(s.peak_total) + " (" + std::to_string(s.peak_total) + " bytes)");
-    for (MemoryCategory c : all_memory_categories)
-        row("  " + std::string(category_name(c)), format_bytes(s.peak_bytes[static_cast<std::size_t>(c)]));
-    return out;
-}
-
 // metrics.jsonl: one JSON object per line, flushed after each, so a run
 // stopped at any point leaves every finished update on disk (and at worst one
 // partial last line). Opening truncates a previous file of that name unless
@@ -311,48 +252,6 @@ public:
 private:
     std::filesystem::path path_;
     std::FILE* f_;
-};
-
-// Where progress goes: on a terminal one line rewritten in place; elsewhere
-// (a pipe, a log file) plain lines, every `plain_every`-th update only.
-class ProgressDisplay {
-public:
-    ProgressDisplay(std::FILE* out, bool live, std::int64_t plain_every = 1)
-        : out_(out), live_(live), plain_every_(std::max<std::int64_t>(plain_every, 1)) {}
-
-    bool live() const { return live_; }
-
-    // The newest update's line (shown in place, or printed if on the interval).
-    void update(std::int64_t step, const std::string& line) {
-        if (live_) {
-            std::fprintf(out_, "\r%s\x1b[K", line.c_str());
-            showing_ = true;
-        } else if (step % plain_every_ == 0 || step == 1) {
-            std::fprintf(out_, "%s\n", line.c_str());
-        }
-        std::fflush(out_);
-    }
-
-    // A line that stays (an evaluation, a message), above the live line.
-    void print(const std::string& line) {
-        if (showing_) std::fputs("\r\x1b[K", out_);
-        showing_ = false;
-        std::fprintf(out_, "%s\n", line.c_str());
-        std::fflush(out_);
-    }
-
-    // Ends the live line so what follows starts on a fresh one.
-    void finish() {
-        if (showing_) std::fputc('\n', out_);
-        showing_ = false;
-        std::fflush(out_);
-    }
-
-private:
-    std::FILE* out_;
-    bool live_;
-    std::int64_t plain_every_;
-    bool showing_ = false;
 };
 
 }  // namespace snug

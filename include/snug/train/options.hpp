@@ -52,7 +52,6 @@ struct TrainOptions {
     int top_k = 0;
     // Reporting.
     double flops_budget = 0.0;  // model FLOPs at which "loss at equal FLOPs" is read (0: the run's total)
-    bool quiet = false;         // the ladder: no per-update lines, no summary table, no sample
 
     // Where the training state goes: out/state.snug (none without out).
     std::string state_path() const {

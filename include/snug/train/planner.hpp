@@ -18,10 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <iomanip>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -179,28 +177,6 @@ struct MemoryPlan {
     std::size_t required = 0;
 
     std::size_t operator[](MemoryCategory c) const { return peak[static_cast<std::size_t>(c)]; }
-
-    // A table: per category the predicted peak and its value at the total's
-    // peak; then the total and when it is reached.
-    std::string report() const {
-        constexpr int name_width = 16;
-        constexpr int column_width = 15;
-        std::ostringstream out;
-        out << std::left << std::setw(name_width) << "category" << std::right << std::setw(column_width) << "peak"
-            << std::setw(column_width) << "at total peak" << '\n';
-        for (MemoryCategory c : all_memory_categories) {
-            const auto i = static_cast<std::size_t>(c);
-            out << std::left << std::setw(name_width) << category_name(c) << std::right << std::setw(column_width)
-                << format_bytes(peak[i]) << std::setw(column_width) << format_bytes(at_total_peak[i]) << '\n';
-        }
-        out << std::left << std::setw(name_width) << "total" << std::right << std::setw(column_width)
-            << format_bytes(total) << std::setw(column_width) << format_bytes(total) << "  (" << total
-            << " bytes; " << peak_moment << ")\n";
-        out << std::left << std::setw(name_width) << "device reserves" << std::right << std::setw(column_width)
-            << format_bytes(reserved) << std::setw(column_width) << "" << "  (allocations as the device rounds them, "
-            << "arena chunks whole, context)\n";
-        return out.str();
-    }
 };
 
 // Calls f.template operator()<Precision>() with the precision policy of a
@@ -491,36 +467,6 @@ struct BudgetPlan {
     std::optional<int> next_micro_batch;          // the next larger divisor, which did not fit
     std::optional<std::size_t> next_micro_batch_bytes;  // and what it would need
     std::vector<PolicyTry> tried; // every policy looked at, in order, the chosen one last
-
-    // The choice and why, in a few lines, then the chosen plan's table.
-    std::string report() const {
-        std::ostringstream out;
-        out << "plan for a budget of " << format_bytes(budget) << " (" << budget << " bytes), " << wanted_batch
-            << " sequences of " << seq << " tokens per update:\n";
-        for (const PolicyTry& t : tried) {
-            out << "  checkpoint " << t.checkpoint << ": ";
-            if (t.micro_batch == 0)
-                out << "even micro-batch 1 needs " << format_bytes(t.bytes) << ", "
-                    << format_bytes(t.bytes - budget) << " over the budget\n";
-            else
-                out << "micro-batch " << t.micro_batch << " fits (" << format_bytes(t.bytes) << ")\n";
-        }
-        if (!fits) {
-            out << "nothing fits: even full checkpointing at micro-batch 1 is over the budget\n";
-            return out.str();
-        }
-        out << "choice: micro-batch " << micro_batch << " x accumulation " << accumulation << ", checkpoint "
-            << checkpoint << ", predicted peak " << format_bytes(memory.required);
-        if (next_micro_batch)
-            out << " (micro-batch " << *next_micro_batch << " would need " << format_bytes(*next_micro_batch_bytes)
-                << ")";
-        out << "\n";
-        if (tried.size() > 1)
-            out << "why: the cheaper checkpoint " << tried[tried.size() - 2].checkpoint
-                << " does not fit even micro-batch 1\n";
-        out << memory.report();
-        return out.str();
-    }
 };
 
 // The --plan search. From `base` it takes the model, precision, seq, backend
@@ -602,20 +548,6 @@ struct ModelFit {
     std::vector<Recompute> recompute;
     MemoryPlan memory;
     std::size_t next_depth_bytes = 0;  // the least any policy needs one block deeper
-
-    std::string report() const {
-        std::ostringstream out;
-        out << "largest model for a budget of " << format_bytes(budget) << " (" << budget << " bytes): ";
-        if (depth == 0) {
-            out << "none; depth 1 needs at least " << format_bytes(next_depth_bytes) << "\n";
-            return out.str();
-        }
-        out << "depth " << depth << " (" << model.n_layer << " layers, " << model.n_head << " heads, "
-            << model.channels << " channels, " << model.num_parameters() << " parameters), checkpoint "
-            << checkpoint << ", predicted peak " << format_bytes(memory.required) << "; depth " << depth + 1
-            << " needs at least " << format_bytes(next_depth_bytes) << "\n";
-        return out.str();
-    }
 };
 
 // The deepest model of `family` (memory growing with depth) that trains at
@@ -654,26 +586,30 @@ inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryP
     return fit;
 }
 
-// What train_gpt prints before training: the predicted peak, memory per
-// sequence, and (with a budget) the largest micro-batch that fits.
-inline std::string memory_forecast(const MemoryPlanInput& in, std::optional<std::size_t> budget) {
-    const MemoryPlan plan = predict_memory(in);
-    std::ostringstream out;
-    out << "predicted memory peak " << format_bytes(plan.required) << " (" << plan.peak_moment << ")"
-        << "; memory per sequence " << format_bytes(bytes_per_sequence(in)) << " (T = " << in.seq << ")";
+// Before a run: the predicted peak, the bytes each sequence adds, and (with a
+// budget) the largest micro-batch that fits.
+struct MemoryOutlook {
+    MemoryPlan plan;
+    std::size_t bytes_per_sequence = 0;
+    int seq = 0;
+    std::optional<std::size_t> budget;
+    int largest_micro_batch = 0;          // with a budget; 0: none fits
+    std::size_t micro_batch_1_bytes = 0;  // with a budget: what micro-batch 1 needs
+};
+
+inline MemoryOutlook memory_outlook(const MemoryPlanInput& in, std::optional<std::size_t> budget) {
+    MemoryOutlook o;
+    o.plan = predict_memory(in);
+    o.bytes_per_sequence = bytes_per_sequence(in);
+    o.seq = in.seq;
+    o.budget = budget;
     if (budget) {
-        const int b = largest_micro_batch(in, *budget);
-        out << "; largest micro-batch for the " << format_bytes(*budget) << " budget: ";
-        if (b == 0) {
-            MemoryPlanInput one = in;
-            one.micro_batch = 1;
-            out << "none (micro-batch 1 needs " << format_bytes(predict_memory(one).required) << ")";
-        } else {
-            out << b;
-        }
+        o.largest_micro_batch = largest_micro_batch(in, *budget);
+        MemoryPlanInput one = in;
+        one.micro_batch = 1;
+        o.micro_batch_1_bytes = o.largest_micro_batch > 0 ? 0 : predict_memory(one).required;
     }
-    out << "\n";
-    return out.str();
+    return o;
 }
 
 }  // namespace snug

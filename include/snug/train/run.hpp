@@ -1,12 +1,12 @@
 // The run loop: one GPT training run, top to bottom, that returns what it
 // measured instead of exiting (a program prints it, the VRAM ladder compares
-// runs).
+// runs) and tells a Report (report.hpp) each event as it happens.
 //
-// train<Dev, Precision, Checkpoint>(options, data, model source, device):
+// train<Dev, Precision, Checkpoint>(options, data, model source, device, report):
 //   the session (the budget), the model, the token buffers, TrainStep;
 //   resume: the saved state replaces weights, optimizer, scaler, data position;
 //   each update: LR from the schedule, n micro-batches, TrainStep::step, a record
-//   (JSON line + progress), validation at the interval, the state saved every
+//   (JSON line + report.progress), validation at the interval, the state saved every
 //   save_every updates and when a stop is asked for (Ctrl-C, stop_after);
 //   the end: the summary, the state and model files asked for, a sample.
 // run_training<Dev>(...) picks the policy types from options.run (RunSpec::visit);
@@ -14,7 +14,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +42,7 @@
 #include "snug/train/metrics.hpp"
 #include "snug/train/model_source.hpp"
 #include "snug/train/options.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/run_plan.hpp"
 #include "snug/train/run_spec.hpp"
 #include "snug/train/sampling.hpp"
@@ -50,8 +50,6 @@
 #include "snug/train/state_file.hpp"
 
 namespace snug {
-
-inline bool stdout_is_terminal() { return ::isatty(::fileno(stdout)) != 0; }
 
 // ---- Ctrl-C --------------------------------------------------------------------
 
@@ -104,31 +102,6 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
 
 // ---- one run -----------------------------------------------------------------------
 
-// What a run measured: the ladder reads it; train_gpt prints it.
-struct RunResult {
-    int exit_code = 0;              // 0 done, 1 numerics, 3 out of the memory budget, 130 stopped by Ctrl-C
-    bool fit = true;                // false: OutOfMemory (out_of_memory says where)
-    std::string out_of_memory;      // the tracker's breakdown
-    bool interrupted = false;
-    std::vector<StepRecord> records;
-    RunSummary summary;
-    std::optional<double> first_val_loss;
-    std::string recompute_plan;
-    MemoryBreakdown peak_bytes{};   // each category's own peak
-    MemoryBreakdown at_peak{};      // the categories at the moment of the total's peak (they sum to it)
-    std::size_t peak_total = 0;
-    std::size_t driver_peak = 0;    // CUDA: the driver's used memory for this run (Session); 0 on the host
-};
-
-inline std::string describe_plan(std::span<const Recompute> plan) {
-    std::string out;
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-        if (i > 0) out += ' ';
-        out += recompute_name(plan[i]);
-    }
-    return out;
-}
-
 // The fp32 weights of a model being trained: the optimizer's master copy for
 // 16-bit types, the parameters themselves for fp32.
 template <class Step, class Dev>
@@ -151,22 +124,23 @@ inline io::LlmcVersion llmc_version(const std::string& dtype) {
 }
 
 // The model files asked for at the end: --save-model (llm.c) and --export-hf.
-inline void write_model_files(const TrainOptions& o, const GPTConfig& config, const std::vector<float>& weights) {
+inline void write_model_files(const TrainOptions& o, const GPTConfig& config, const std::vector<float>& weights,
+                              Report& report) {
     if (!o.save_model.empty()) {
         const io::LlmcVersion version = llmc_version(o.model_dtype);
         io::write_llmc_model(o.save_model, config, weights, version);
-        std::printf("model: %s (llm.c, version %d, %s)\n", o.save_model.c_str(), static_cast<int>(version),
-                    o.model_dtype.c_str());
+        report.file_written("model", o.save_model + " (llm.c, version " + std::to_string(static_cast<int>(version)) +
+                                         ", " + o.model_dtype + ")");
     }
     if (!o.export_hf.empty()) {
         io::export_hf_gpt2(o.export_hf, config, weights);
-        std::printf("model: %s/model.safetensors + config.json (Hugging Face GPT-2)\n", o.export_hf.c_str());
+        report.file_written("model", o.export_hf + "/model.safetensors + config.json (Hugging Face GPT-2)");
     }
 }
 
 // summary.json: the summary table's numbers and the run's configuration.
 inline void write_summary_json(const TrainOptions& o, const RunResult& r, const TrainData& data, const DeviceInfo& device,
-                               const char* precision) {
+                               const char* precision, Report& report) {
     const RunSummary& summary = r.summary;
     auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
     const nlohmann::json j = {
@@ -194,12 +168,12 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
     const std::string text = j.dump(2) + "\n";
     io::atomic_write(std::filesystem::path(o.out) / "summary.json",
                            [&](io::FileWriter& w) { w.write(text.data(), text.size()); });
-    std::printf("metrics: %s/metrics.jsonl, %s/summary.json\n", o.out.c_str(), o.out.c_str());
+    report.file_written("metrics", o.out + "/metrics.jsonl, " + o.out + "/summary.json");
 }
 
 template <class Dev, class Precision, class Checkpoint>
 RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                const snug::data::Tokenizer* tokenizer) {
+                Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
     using Model = GPT<typename Precision::compute_type, Dev>;
     using Step = TrainStep<Model, Precision, accumulate::Steps, Checkpoint>;
     const GPTConfig& config = source.config;
@@ -229,9 +203,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             std::size_t bytes = std::numeric_limits<std::size_t>::max();
             if (o.budget_bytes) bytes = activation_budget(plan_base(o, config, s.plan_target()), *o.budget_bytes);
             checkpoint = checkpoint::Budget(bytes);
-            if (!o.quiet)
-                std::printf("checkpoint auto: %s for activations\n",
-                            o.budget_bytes ? format_bytes(bytes).c_str() : "no memory budget, no limit");
+            report.activation_budget(o.budget_bytes ? std::optional(bytes) : std::nullopt);
         }
         TrainConfig tc;
         tc.adamw.lr = o.lr;
@@ -267,9 +239,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             train_loader.set_position(p.train_position);
             s.ctx.seed = p.seed;
             s.ctx.rng_offset = p.rng_offset;
-            if (!o.quiet)
-                std::printf("resumed from %s at update %lld (%.1f s of training so far)\n", o.resume.c_str(),
-                            static_cast<long long>(first_step), wall_offset);
+            report.resumed(o.resume, first_step, wall_offset);
             if (first_step >= o.steps)
                 throw ConfigError("--resume " + o.resume + ": the saved run already did " +
                                   std::to_string(first_step) + " updates; ask for more with --steps");
@@ -299,17 +269,9 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             }
             return sum / o.eval_batches;
         };
-        auto val_text = [&](double loss) {
-            std::string t = detail::printf_string("val loss %.4f nats", loss);
-            if (data.floor) t += detail::printf_string(" (floor %.4f)", *data.floor);
-            return t;
-        };
 
         std::optional<JsonLinesFile> jsonl;
         if (!o.out.empty()) jsonl.emplace(std::filesystem::path(o.out) / "metrics.jsonl", /*append=*/!o.resume.empty());
-        const bool live = !o.quiet && stdout_is_terminal();
-        ProgressDisplay display(stdout, live, o.quiet ? std::numeric_limits<std::int64_t>::max()
-                                                             : std::max(1, o.steps / 20));
         const auto peak = peak_flops(device.name, Precision::name);
         const double flops_per_token = config.flops_per_token(T);
 
@@ -318,7 +280,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         model.set_recompute(plan_recompute(checkpoint, config, precision_kind<Precision>(), B, T));
         if (first_step == 0) {
             result.first_val_loss = evaluate();
-            if (!o.quiet) display.print("step 0: " + val_text(*result.first_val_loss));
+            report.evaluation(0, *result.first_val_loss, data.floor);
         }
 
         result.records.reserve(static_cast<std::size_t>(o.steps - first_step));
@@ -338,7 +300,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             result.driver_peak = std::max(result.driver_peak, s.driver_used_by_session());
             if (i == first_step) {
                 result.recompute_plan = describe_plan(step.recompute_plan());
-                if (!o.quiet) std::printf("recompute plan: %s\n", result.recompute_plan.c_str());
+                report.recompute_plan(step.recompute_plan());
             }
 
             StepRecord rec;
@@ -362,12 +324,10 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             result.records.push_back(rec);
 
             if (jsonl) jsonl->write(to_json(rec));
-            if (!o.quiet) display.update(rec.step, progress_line(rec, o.steps));
-            if (rec.val_loss && !o.quiet) display.print("step " + std::to_string(rec.step) + ": " + val_text(*rec.val_loss));
+            report.progress(rec, o.steps);
+            if (rec.val_loss) report.evaluation(rec.step, *rec.val_loss, data.floor);
             if (!std::isfinite(r.loss) && !Precision::has_loss_scaler) {
-                display.finish();
-                std::fprintf(stderr, "train_gpt: the training loss is %f at update %lld; stopping (try a lower --lr)\n",
-                             static_cast<double>(r.loss), static_cast<long long>(i + 1));
+                report.diverged(rec.step, r.loss);
                 result.exit_code = 1;
                 break;
             }
@@ -376,19 +336,13 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             if (stopping || (o.save_every > 0 && (i + 1) % o.save_every == 0 && i + 1 < o.steps)) {
                 save_state(i + 1, rec.wall_clock);
                 if (stopping) {
-                    display.finish();
-                    std::printf("stopped %s after update %lld; %s\n", signalled ? "by a signal" : "as asked (--stop-after)",
-                                static_cast<long long>(i + 1),
-                                state_path.empty() ? "no state saved (no --out)"
-                                                   : ("state saved to " + state_path + " (continue with --resume " +
-                                                      state_path + ")").c_str());
+                    report.stopped(rec.step, signalled, state_path);
                     result.interrupted = true;
                     result.exit_code = signalled ? 130 : 0;
                     break;
                 }
             }
         }
-        display.finish();
         for (MemoryCategory c : all_memory_categories)
             result.peak_bytes[static_cast<std::size_t>(c)] = s.tracker.peak(c);
         result.at_peak = s.tracker.peak_breakdown();
@@ -399,17 +353,13 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         if (result.interrupted || result.exit_code != 0) return result;
 
         save_state(o.steps, wall());
-        if (o.quiet) return result;
-        std::printf("\n%s", render_summary(result.summary).c_str());
-        if (step.skipped_steps() > 0)
-            std::printf("  skipped updates          %lld (non-finite gradients)\n",
-                        static_cast<long long>(step.skipped_steps()));
-        if (!state_path.empty()) std::printf("state: %s\n", state_path.c_str());
-        if (!o.out.empty()) write_summary_json(o, result, data, device, Precision::name);
+        report.summary(result.summary, step.skipped_steps());
+        if (!state_path.empty()) report.file_written("state", state_path);
+        if (!o.out.empty()) write_summary_json(o, result, data, device, Precision::name, report);
         if (!o.save_model.empty() || !o.export_hf.empty())
-            write_model_files(o, config, master_weights(step, s.ctx.device));
+            write_model_files(o, config, master_weights(step, s.ctx.device), report);
 
-        if (o.sample > 0) print_sample(model, s, o, data, tokenizer);
+        if (o.sample > 0) report.sample(generate_sample(model, s, o, data, tokenizer));
     } catch (const OutOfMemory& e) {
         result.fit = false;
         result.exit_code = 3;
@@ -425,7 +375,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
 // --eval-only: the validation loss of a model (--init-from, or a fresh one)
 // over --eval-batches windows of the validation data; nothing is trained.
 template <class Dev, class Act>
-int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSource& source,
+int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSource& source, Report& report,
                   const snug::data::Tokenizer* tokenizer) {
     const int B = o.run.micro_batch, T = o.run.seq;
     const std::int64_t BT = std::int64_t{B} * T;
@@ -448,11 +398,8 @@ int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourc
         sum += model.evaluate(s.ctx, tokens_dev.data(), targets_dev.data(), B, T);
     }
     const double loss = sum / static_cast<double>(windows);
-    std::printf("eval: loss %.4f nats (perplexity %.2f) over %lld tokens (%lld windows of %d x %d)",
-                loss, std::exp(loss), static_cast<long long>(windows * BT), static_cast<long long>(windows), B, T);
-    if (data.floor) std::printf(", floor %.4f", *data.floor);
-    std::printf("; peak memory %s\n", format_bytes(s.tracker.peak_total()).c_str());
-    if (o.sample > 0) print_sample(model, s, o, data, tokenizer);
+    report.evaluated({loss, windows, B, T, data.floor, s.tracker.peak_total()});
+    if (o.sample > 0) report.sample(generate_sample(model, s, o, data, tokenizer));
     return std::isfinite(loss) ? 0 : 1;
 }
 
@@ -460,18 +407,18 @@ int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourc
 // policy (o.run.visit picks the static types).
 template <class Dev>
 RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                       const snug::data::Tokenizer* tokenizer = nullptr) {
+                       Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
     return o.run.visit([&]<class Precision, class Checkpoint>() {
-        return train<Dev, Precision, Checkpoint>(o, data, source, device, tokenizer);
+        return train<Dev, Precision, Checkpoint>(o, data, source, device, report, tokenizer);
     });
 }
 
 // --eval-only on device Dev in the options' precision.
 template <class Dev>
-int run_evaluation(const TrainOptions& o, const TrainData& data, const ModelSource& source,
+int run_evaluation(const TrainOptions& o, const TrainData& data, const ModelSource& source, Report& report,
                    const snug::data::Tokenizer* tokenizer = nullptr) {
     return visit_precision(o.run.precision, [&]<class Precision>() {
-        return evaluate_only<Dev, typename Precision::compute_type>(o, data, source, tokenizer);
+        return evaluate_only<Dev, typename Precision::compute_type>(o, data, source, report, tokenizer);
     });
 }
 

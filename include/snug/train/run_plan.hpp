@@ -1,10 +1,9 @@
 // Planning a run before it allocates anything: the memory planner's input for
-// the options (snug/train/planner.hpp), the outlook a run prints before it
-// trains, and --plan's report: the fastest configuration that fits a budget
+// the options (snug/train/planner.hpp), the outlook a run reports before it
+// trains, and --plan's answer: the fastest configuration that fits a budget
 // and the largest model of the shape's family.
 #pragma once
 
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -13,6 +12,7 @@
 #include "snug/train/model_source.hpp"
 #include "snug/train/options.hpp"
 #include "snug/train/planner.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/run_spec.hpp"
 #include "snug/train/session.hpp"
 
@@ -22,7 +22,7 @@ namespace snug {
 // (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
 // plan is chosen (the input activation_budget takes).
 inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
-    return plan_input_for(o.run, config, target, !o.quiet && o.sample > 0 ? config.max_seq_len : 0);
+    return plan_input_for(o.run, config, target, o.sample > 0 ? config.max_seq_len : 0);
 }
 
 // plan_base with the options' checkpoint policy (--checkpoint auto: the plan
@@ -40,42 +40,37 @@ inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config
 
 // Before training: the predicted peak, the memory per sequence, and the
 // largest micro-batch the budget allows.
-inline void print_memory_outlook(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device) {
-    std::printf("%s", memory_forecast(plan_input(o, config, plan_target(device)), o.budget_bytes).c_str());
+inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device,
+                                  Report& report) {
+    report.memory_outlook(memory_outlook(plan_input(o, config, plan_target(device)), o.budget_bytes));
 }
-
 
 // --plan: for the budget, the fastest configuration that fits (the order of
 // operations: the largest micro-batch, accumulation up to the wanted batch of
 // --batch x --accum sequences, the cheapest checkpoint policy), and the
 // largest model of the shape's depth family. Nothing is allocated.
-inline int print_plan(const TrainOptions& o, const DeviceInfo& device) {
+inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
     if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
-    GPTConfig config;
+    PlanAnswer answer;
+    GPTConfig& config = answer.model;
     if (o.init_from.empty()) {
         config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
     } else {
         config = read_model_file(o.init_from).config;
     }
     config.validate();
-    const std::size_t budget = *o.budget_bytes;
+    answer.device = device;
+    answer.budget = *o.budget_bytes;
+    answer.run = o.run;
     const MemoryPlanInput in = plan_input(o, config, plan_target(device));
-    std::printf("device: %s; budget %s\n", device.description.c_str(), format_bytes(budget).c_str());
-    std::printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (%.2fM parameters), %s\n",
-                config.n_layer, config.n_head, config.channels, config.max_seq_len, config.vocab_size,
-                static_cast<double>(config.num_parameters()) / 1e6, o.run.precision_name());
-    std::printf("\nas asked (micro-batch %d x %d, checkpoint %s):\n%s%s", o.run.micro_batch, o.run.accumulation, o.run.checkpoint_name(),
-                memory_forecast(in, budget).c_str(), predict_memory(in).report().c_str());
-    const int wanted = o.run.micro_batch * o.run.accumulation;
-    std::printf("\nfastest configuration for %d sequences of %d tokens per update:\n%s", wanted, o.run.seq,
-                plan_for_budget(in, wanted, budget).report().c_str());
+    answer.asked = memory_outlook(in, answer.budget);
+    answer.fastest = plan_for_budget(in, o.run.micro_batch * o.run.accumulation, answer.budget);
     MemoryPlanInput one = in;
     one.micro_batch = 1;
     one.accumulation = 1;
-    std::printf("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n%s",
-                largest_model_that_fits(gpt_depth_family(config), one, budget).report().c_str());
+    answer.largest = largest_model_that_fits(gpt_depth_family(config), one, answer.budget);
+    report.plan(answer);
     return 0;
 }
-
 
 }  // namespace snug

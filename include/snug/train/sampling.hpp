@@ -1,11 +1,10 @@
 // Sampling from a model being trained: the next token from its logits
 // (temperature, top-k), a continuation of a prompt, and the sample a run
-// prints at its end, decoded as bytes or through an llm.c tokenizer.
+// reports at its end, decoded as bytes or through an llm.c tokenizer.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -16,6 +15,7 @@
 #include "snug/data/tokenizer.hpp"
 #include "snug/train/data_source.hpp"
 #include "snug/train/options.hpp"
+#include "snug/train/report.hpp"
 #include "snug/train/session.hpp"
 
 namespace snug {
@@ -56,9 +56,10 @@ inline std::string printable(std::string_view bytes) {
         if (c == '\n' || c >= 128 || (c >= 32 && c < 127)) {  // UTF-8 passes through
             out += ch;
         } else {
-            char esc[8];
-            std::snprintf(esc, sizeof esc, "\\x%02x", c);
-            out += esc;
+            constexpr std::string_view hex = "0123456789abcdef";
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
         }
     }
     return out;
@@ -111,8 +112,8 @@ std::vector<std::int32_t> generate(Model& model, Session<Dev>& s, std::vector<st
 // The sample at the end: from --prompt (byte data) or the start of the
 // validation data, decoded by the llm.c tokenizer when token data has one.
 template <class Model, class Dev>
-void print_sample(Model& model, Session<Dev>& s, const TrainOptions& o, const TrainData& data,
-                  const data::Tokenizer* tokenizer) {
+Sample generate_sample(Model& model, Session<Dev>& s, const TrainOptions& o, const TrainData& data,
+                       const data::Tokenizer* tokenizer) {
     std::vector<std::int32_t> prompt;
     if (!o.prompt.empty()) {
         if (!data.bytes)
@@ -127,8 +128,7 @@ void print_sample(Model& model, Session<Dev>& s, const TrainOptions& o, const Tr
     const std::string shown_prompt = render_tokens(prompt, data.bytes, tokenizer);
     const bool spaced = !data.bytes && tokenizer == nullptr;
     const std::string text = shown_prompt + (spaced ? " " : "") + render_tokens(out, data.bytes, tokenizer);
-    std::printf("\nsample (temperature %.2f, top-k %s), prompt \"%s\":\n%s\n", static_cast<double>(o.temperature),
-                o.top_k > 0 ? std::to_string(o.top_k).c_str() : "all", shown_prompt.c_str(), text.c_str());
+    return {o.temperature, o.top_k, shown_prompt, text};
 }
 
 
