@@ -78,6 +78,17 @@ struct TrainConfig {
     float max_grad_norm = 1.0f;  // <= 0: no clipping
 };
 
+// Whether a model's blocks can recompute selectively: it says so with a
+// static constexpr supports_selective() (GPT does; a model of user layers
+// returns SelectiveLayer<its block>). One that does not say, cannot.
+template <class Model>
+constexpr bool recomputes_selectively() {
+    if constexpr (requires { Model::supports_selective(); })
+        return Model::supports_selective();
+    else
+        return false;
+}
+
 //   Model:        a TrainableModel, e.g. snug::GPT<Precision::compute_type, D>
 //   Precision:    precision::Fp32, precision::Bf16, precision::Fp16<Scaler>
 //   Accumulation: accumulate::None, accumulate::Steps
@@ -88,6 +99,11 @@ class TrainStep : public Precision, public Accumulation, public Checkpoint {
                   "snug::TrainStep: the model's activation type must be the precision policy's compute type "
                   "(GPT<float, D> with precision::Fp32, GPT<bfloat16, D> with precision::Bf16, "
                   "GPT<half, D> with precision::Fp16<Scaler>)");
+    static_assert(!std::is_same_v<Checkpoint, checkpoint::Selective> || recomputes_selectively<Model>(),
+                  "snug::TrainStep: checkpoint::Selective needs a model whose blocks recompute selectively "
+                  "(a block with set_selective(bool), see snug::SelectiveLayer, and a static constexpr "
+                  "supports_selective() on the model that returns true); use checkpoint::Full or "
+                  "checkpoint::Budget for this model");
 
 public:
     using Act = typename Model::value_type;
@@ -182,11 +198,7 @@ private:
         CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
                                   return predict_activation_peak(model_, B, T, modes);
                               }};
-        // A model says whether its blocks recompute selectively; one that does not say, cannot.
-        if constexpr (requires(const Model& m) { m.supports_selective(); })
-            query.selective_available = model_.supports_selective();
-        else
-            query.selective_available = false;
+        query.selective_available = recomputes_selectively<Model>();
         plan_ = static_cast<const Checkpoint&>(*this).plan(query);
         model_.set_recompute(plan_);
         planned_B_ = B;
