@@ -75,7 +75,7 @@ const std::vector<Finding>& findings() {
         {"hf_import", "n_embd_beyond_int32", {"'n_embd' is 4294967300"},
          "by reading the code: n_embd 2^32 + 4 wrapped to 4 and the model loaded as if the file said 4"},
         // ---- training-state files (train/state_file.hpp) ----
-        {"state_file", "lr_beyond_float", {"state.snug", "'optimizer.lr' is 1e+300", "32-bit float"},
+        {"state_file", "beta1_beyond_float", {"state.snug", "'optimizer.beta1' is 1e+300", "32-bit float"},
          "by reading the code: a float field of 1e300 became inf without a word (the format says each float "
          "field holds a float's value)"},
         {"state_file", "wall_clock_negative", {"'progress.wall_clock_seconds' is -1.5", "not >= 0"},

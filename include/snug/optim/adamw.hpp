@@ -16,9 +16,10 @@
 
 namespace snug {
 
-// PyTorch AdamW's hyper-parameters (GPT-2 / llm.c defaults for betas).
+// PyTorch AdamW's hyper-parameters (GPT-2 / llm.c defaults for betas). The
+// learning rate is not among them: it changes every update (a schedule), so
+// step() takes it.
 struct AdamWConfig {
-    float lr = 3e-4f;
     float beta1 = 0.9f;
     float beta2 = 0.95f;
     float eps = 1e-8f;

@@ -206,7 +206,6 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             report.activation_budget(o.budget_bytes ? std::optional(bytes) : std::nullopt);
         }
         TrainConfig tc;
-        tc.adamw.lr = o.lr;
         tc.adamw.weight_decay = o.weight_decay;
         tc.max_grad_norm = o.clip;
         const std::size_t state_bytes = P * sizeof(float) * (act_bytes < sizeof(float) ? 3 : 2);

@@ -53,7 +53,8 @@
 //   "optimizer": {
 //     "name": "adamw",
 //     "steps": updates applied so far (AdamW's bias-correction t), 0 .. 2^31-1
-//     "lr", "beta1", "beta2", "eps", "weight_decay": its AdamWConfig
+//     "beta1", "beta2", "eps", "weight_decay": its AdamWConfig (the learning
+//     rate is the schedule's, not saved; files that still hold "lr" load)
 //   }
 //   "max_grad_norm":      TrainConfig's clipping threshold (<= 0: no clipping)
 //   "accumulation_steps": micro-batches per update (for the reader's information)
@@ -367,7 +368,6 @@ nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Che
         {"optimizer",
          {{"name", "adamw"},
           {"steps", step.optimizer().steps()},
-          {"lr", a.lr},
           {"beta1", a.beta1},
           {"beta2", a.beta2},
           {"eps", a.eps},
@@ -576,7 +576,6 @@ inline TrainingStateInfo read_info(InFile& f) {
     if (const std::string name = F.string(o, "name", "optimizer."); name != "adamw")
         F.fail("optimizer.name", "is '" + name + "'; this build knows only 'adamw'");
     info.optimizer_steps = F.i32(o, "steps", "optimizer.");
-    info.adamw.lr = F.float32(o, "lr", "optimizer.");
     info.adamw.beta1 = F.float32(o, "beta1", "optimizer.");
     info.adamw.beta2 = F.float32(o, "beta2", "optimizer.");
     info.adamw.eps = F.float32(o, "eps", "optimizer.");
