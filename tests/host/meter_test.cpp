@@ -102,3 +102,22 @@ TEST_CASE("the meter's kernels check the shared contracts, so a plan refuses wha
                     snug::ConfigError);
     CHECK_NOTHROW(attention_forward(Meter{}, p, p, p, 1, 8, 32, 4));
 }
+
+TEST_CASE("the meter's Llama kernels (RMSNorm, SwiGLU, RoPE) check the shared contracts") {
+    float* p = reinterpret_cast<float*>(std::uintptr_t{1} << 20);  // never read
+    CHECK_THROWS_WITH(rmsnorm_forward(Meter{}, p, p, p, p, 4, 0), Catch::Contains("rmsnorm_forward") &&
+                                                                      Catch::Contains("C = 0"));
+    CHECK_THROWS_AS(rmsnorm_forward(Meter{}, p, p, p, p, 4, 8, -1e-5), snug::ConfigError);
+    CHECK_THROWS_AS(rmsnorm_backward(Meter{}, p, p, p, p, p, p, -4, 8), snug::ShapeError);
+    CHECK_THROWS_AS(swiglu_forward(Meter{}, p, p, 4, -1), snug::ShapeError);
+    CHECK_THROWS_AS(swiglu_backward(Meter{}, p, p, p, -4, 1), snug::ShapeError);
+    CHECK_THROWS_WITH(rope_forward(Meter{}, p, p, 2, 8, 4, 15), Catch::Contains("rope_forward") &&
+                                                                    Catch::Contains("hs = 15 is odd"));
+    CHECK_THROWS_AS(rope_backward(Meter{}, p, p, 2, 8, 4, 16, 10000.0, -3), snug::ConfigError);
+    CHECK_NOTHROW(rmsnorm_forward(Meter{}, p, p, p, p, 4, 8));
+    CHECK_NOTHROW(rmsnorm_backward(Meter{}, p, p, p, p, p, p, 4, 8));
+    CHECK_NOTHROW(swiglu_forward(Meter{}, p, p, 4, 8));
+    CHECK_NOTHROW(swiglu_backward(Meter{}, p, p, p, 4, 8));
+    CHECK_NOTHROW(rope_forward(Meter{}, p, p, 2, 8, 4, 16));
+    CHECK_NOTHROW(rope_backward(Meter{}, p, p, 2, 8, 4, 16, 500000.0, 7));
+}

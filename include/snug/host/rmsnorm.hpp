@@ -96,7 +96,8 @@ void rmsnorm_backward(const Device&, T* dinp,  // (N, C) +=
     });
 
     // dweight: a slice of channels per task, its rows summed in order.
-    const std::int64_t channel_grain = std::max<std::int64_t>(8, (std::int64_t{1} << 16) / std::max<std::int64_t>(N, 1));
+    const std::int64_t channel_grain =
+        std::max<std::int64_t>(8, (std::int64_t{1} << 16) / std::max<std::int64_t>(N, 1));
     parallel_ranges(C, channel_grain, [&](std::int64_t c_begin, std::int64_t c_end) {
         constexpr std::int64_t block = 64;
         for (std::int64_t c0 = c_begin; c0 < c_end; c0 += block) {

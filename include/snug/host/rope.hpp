@@ -28,7 +28,8 @@ void rope_apply(const char* op, T* out,  // (B, T, NH, hs)
     const int half = hs / 2;
     const std::int64_t rows = std::int64_t{B} * T_;  // one (b, t) position each
     const std::int64_t row_elems = std::int64_t{NH} * hs;
-    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(row_elems, 1));
+    const std::int64_t grain =
+        std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(row_elems, 1));
     parallel_ranges(rows, grain, [&](std::int64_t begin, std::int64_t end) {
         std::vector<A> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
         for (std::int64_t r = begin; r < end; ++r) {
