@@ -34,7 +34,7 @@ TEST_CASE("meter addresses are distinct, 256-byte aligned, never null, never reu
     CHECK(Meter::allocate(0) == nullptr);
 }
 
-TEST_CASE("the ledger counts live and peak bytes at its granularity; ledgers nest") {
+TEST_CASE("the ledger counts live and peak bytes at its granularity, ledgers nest") {
     snug::meter::Ledger exact;
     void* a = Meter::allocate(1000);
     void* b = Meter::allocate(24);

@@ -152,7 +152,7 @@ TEST_CASE("rope_backward: central finite differences in double, and the inverse 
     }
 }
 
-TEST_CASE("rope in place equals out of place; the float kernels agree with the double ones", "[rope]") {
+TEST_CASE("rope in place equals out of place, the float kernels agree with the double ones", "[rope]") {
     const Device dev;
     const Shape s{3, 129, 4, 64};  // enough positions for the parallel path
     const auto x = random_values<float>(s.size(), 5, -2.0, 2.0);

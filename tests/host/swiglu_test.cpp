@@ -187,7 +187,7 @@ TEMPLATE_TEST_CASE("swiglu 16-bit = float kernel on the rounded inputs, rounded 
     CHECK(not_rne == 0);
 }
 
-TEST_CASE("swiglu: negative sizes throw ShapeError naming them; empty is a no-op", "[swiglu]") {
+TEST_CASE("swiglu: negative sizes throw ShapeError naming them, empty is a no-op", "[swiglu]") {
     const Device dev;
     std::vector<float> x(4, 1.0F);
     CHECK_THROWS_WITH(snug::host::swiglu_forward(dev, x.data(), x.data(), -1, 2),
