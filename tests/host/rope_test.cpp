@@ -35,15 +35,15 @@ struct Shape {
 template <class T>
 std::vector<double> reference_forward(const std::vector<T>& x, Shape s, double theta, std::int64_t offset) {
     std::vector<double> out(s.size());
-    const int half = s.hs / 2;
+    const int pairs = s.hs / 2;
     for (int b = 0; b < s.B; ++b) {
         for (int t = 0; t < s.T; ++t) {
             for (int h = 0; h < s.NH; ++h) {
                 const std::size_t base = ((static_cast<std::size_t>(b) * s.T + t) * s.NH + h) * s.hs;
                 for (int d = 0; d < s.hs; ++d) {
-                    const double inv_freq = 1.0 / std::pow(theta, 2.0 * (d % half) / s.hs);
+                    const double inv_freq = 1.0 / std::pow(theta, 2.0 * (d % pairs) / s.hs);
                     const double angle = static_cast<double>(offset + t) * inv_freq;
-                    const double rotated = d < half ? -to_double(x[base + d + half]) : to_double(x[base + d - half]);
+                    const double rotated = d < pairs ? -to_double(x[base + d + pairs]) : to_double(x[base + d - pairs]);
                     out[base + d] = to_double(x[base + d]) * std::cos(angle) + rotated * std::sin(angle);
                 }
             }

@@ -31,12 +31,12 @@ __global__ void rope_kernel(T* out,      // (B, T, NH, hs)
                             const T* x,  // (B, T, NH, hs)
                             std::int64_t rows, int T_, int NH, int hs, double theta, std::int64_t pos_offset,
                             float sign) {
-    const int half = hs / 2;
-    const std::int64_t n_items = rows * half;
+    const int pairs = hs / 2;
+    const std::int64_t n_items = rows * pairs;
     const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
     for (std::int64_t k = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; k < n_items; k += stride) {
-        const std::int64_t row = k / half;
-        const int i = static_cast<int>(k % half);
+        const std::int64_t row = k / pairs;
+        const int i = static_cast<int>(k % pairs);
         const std::int64_t pos = pos_offset + row % T_;
         const double angle =
             static_cast<double>(pos) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hs));
@@ -44,9 +44,9 @@ __global__ void rope_kernel(T* out,      // (B, T, NH, hs)
         const float s = sign * static_cast<float>(sin(angle));
         for (int h = 0; h < NH; ++h) {
             const std::int64_t at = (row * NH + h) * hs + i;
-            const float x1 = static_cast<float>(x[at]), x2 = static_cast<float>(x[at + half]);
+            const float x1 = static_cast<float>(x[at]), x2 = static_cast<float>(x[at + pairs]);
             out[at] = T(x1 * c - x2 * s);
-            out[at + half] = T(x2 * c + x1 * s);
+            out[at + pairs] = T(x2 * c + x1 * s);
         }
     }
 }

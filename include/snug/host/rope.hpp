@@ -25,16 +25,16 @@ void rope_apply(const char* op, T* out,  // (B, T, NH, hs)
                 int B, int T_, int NH, int hs, double theta, std::int64_t pos_offset, int sign) {
     using A = acc_t<T>;
     ops::check_rope(op, B, T_, NH, hs, theta, pos_offset);
-    const int half = hs / 2;
+    const int pairs = hs / 2;
     const std::int64_t rows = std::int64_t{B} * T_;  // one (b, t) position each
     const std::int64_t row_elems = std::int64_t{NH} * hs;
     const std::int64_t grain =
         std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(row_elems, 1));
     parallel_ranges(rows, grain, [&](std::int64_t begin, std::int64_t end) {
-        std::vector<A> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
+        std::vector<A> cos_t(static_cast<std::size_t>(pairs)), sin_t(static_cast<std::size_t>(pairs));
         for (std::int64_t r = begin; r < end; ++r) {
             const std::int64_t pos = pos_offset + r % T_;
-            for (int i = 0; i < half; ++i) {
+            for (int i = 0; i < pairs; ++i) {
                 const double angle =
                     static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hs));
                 cos_t[static_cast<std::size_t>(i)] = static_cast<A>(std::cos(angle));
@@ -43,11 +43,11 @@ void rope_apply(const char* op, T* out,  // (B, T, NH, hs)
             for (int h = 0; h < NH; ++h) {
                 const T* xh = x + r * row_elems + std::int64_t{h} * hs;
                 T* oh = out + r * row_elems + std::int64_t{h} * hs;
-                for (int i = 0; i < half; ++i) {
+                for (int i = 0; i < pairs; ++i) {
                     const A c = cos_t[static_cast<std::size_t>(i)], s = sin_t[static_cast<std::size_t>(i)];
-                    const A x1 = to_acc(xh[i]), x2 = to_acc(xh[i + half]);
+                    const A x1 = to_acc(xh[i]), x2 = to_acc(xh[i + pairs]);
                     oh[i] = from_acc<T>(x1 * c - x2 * s);
-                    oh[i + half] = from_acc<T>(x2 * c + x1 * s);
+                    oh[i + pairs] = from_acc<T>(x2 * c + x1 * s);
                 }
             }
         }
