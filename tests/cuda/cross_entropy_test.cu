@@ -88,7 +88,7 @@ TEMPLATE_TEST_CASE("cuda softmax_cross_entropy matches the host", "[cuda][cross_
     }
 }
 
-TEST_CASE("cuda softmax_cross_entropy: a target outside [0, V) gives a NaN loss and leaves its row alone",
+TEST_CASE("cuda softmax_cross_entropy: a target outside 0 .. V-1 gives a NaN loss and leaves its row alone",
           "[cuda][cross_entropy]") {
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);

@@ -197,7 +197,7 @@ TEST_CASE("expand_glob lists shards sorted, read_token_shards concatenates them,
     CHECK_THROWS_WITH(snug::data::read_token_shards(none, 50257), Contains(none));
 }
 
-TEST_CASE("a text file's bytes are its tokens; an empty or missing file is an error") {
+TEST_CASE("a text file's bytes are its tokens, an empty or missing file is an error") {
     TempDir dir;
     auto rng = fresh_rng();
     std::vector<unsigned char> bytes(4096);

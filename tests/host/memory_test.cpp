@@ -348,7 +348,7 @@ TEST_CASE("Buffer records its bytes while it lives", "[memory][buffer]") {
     CHECK(tracker.peak_total() == 4080);
 }
 
-TEST_CASE("Buffer moves hand over the record; move-assignment frees the old one", "[memory][buffer]") {
+TEST_CASE("Buffer moves hand over the record, move-assignment frees the old one", "[memory][buffer]") {
     CountingDevice::reset();
     MemoryTracker tracker;
     {
@@ -652,7 +652,7 @@ TEST_CASE("arena error paths leave the arena and the tracker as they were", "[me
     CHECK(tracker.current_total() == 0);
 }
 
-TEST_CASE("an arena can be moved; pointers and records move with it", "[memory][arena]") {
+TEST_CASE("an arena can be moved, pointers and records move with it", "[memory][arena]") {
     CountingDevice::reset();
     MemoryTracker tracker;
     {

@@ -34,7 +34,7 @@ TEST_CASE("meter addresses are distinct, 256-byte aligned, never null, never reu
     CHECK(Meter::allocate(0) == nullptr);
 }
 
-TEST_CASE("the ledger counts live and peak bytes at its granularity; ledgers nest") {
+TEST_CASE("the ledger counts live and peak bytes at its granularity, ledgers nest") {
     snug::meter::Ledger exact;
     void* a = Meter::allocate(1000);
     void* b = Meter::allocate(24);
@@ -101,4 +101,23 @@ TEST_CASE("the meter's kernels check the shared contracts, so a plan refuses wha
     CHECK_THROWS_AS(adamw_update(Meter{}, p, p, p, p, p, 8, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
                     snug::ConfigError);
     CHECK_NOTHROW(attention_forward(Meter{}, p, p, p, 1, 8, 32, 4));
+}
+
+TEST_CASE("the meter's Llama kernels (RMSNorm, SwiGLU, RoPE) check the shared contracts") {
+    float* p = reinterpret_cast<float*>(std::uintptr_t{1} << 20);  // never read
+    CHECK_THROWS_WITH(rmsnorm_forward(Meter{}, p, p, p, p, 4, 0), Catch::Contains("rmsnorm_forward") &&
+                                                                      Catch::Contains("C = 0"));
+    CHECK_THROWS_AS(rmsnorm_forward(Meter{}, p, p, p, p, 4, 8, -1e-5), snug::ConfigError);
+    CHECK_THROWS_AS(rmsnorm_backward(Meter{}, p, p, p, p, p, p, -4, 8), snug::ShapeError);
+    CHECK_THROWS_AS(swiglu_forward(Meter{}, p, p, 4, -1), snug::ShapeError);
+    CHECK_THROWS_AS(swiglu_backward(Meter{}, p, p, p, -4, 1), snug::ShapeError);
+    CHECK_THROWS_WITH(rope_forward(Meter{}, p, p, 2, 8, 4, 15), Catch::Contains("rope_forward") &&
+                                                                    Catch::Contains("hs = 15 is odd"));
+    CHECK_THROWS_AS(rope_backward(Meter{}, p, p, 2, 8, 4, 16, 10000.0, -3), snug::ConfigError);
+    CHECK_NOTHROW(rmsnorm_forward(Meter{}, p, p, p, p, 4, 8));
+    CHECK_NOTHROW(rmsnorm_backward(Meter{}, p, p, p, p, p, p, 4, 8));
+    CHECK_NOTHROW(swiglu_forward(Meter{}, p, p, 4, 8));
+    CHECK_NOTHROW(swiglu_backward(Meter{}, p, p, p, 4, 8));
+    CHECK_NOTHROW(rope_forward(Meter{}, p, p, 2, 8, 4, 16));
+    CHECK_NOTHROW(rope_backward(Meter{}, p, p, 2, 8, 4, 16, 500000.0, 7));
 }

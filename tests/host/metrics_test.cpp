@@ -168,7 +168,7 @@ TEST_CASE("metrics: the summary holds the run's numbers and renders them") {
     CHECK_THAT(snug::render_summary(snug::summarize(rs, 1e12)), Catch::Contains("n/a at 1.000e+12"));
 }
 
-TEST_CASE("metrics: plain display prints lines on the interval; live display rewrites one line") {
+TEST_CASE("metrics: plain display prints lines on the interval, live display rewrites one line") {
     const auto capture = [](bool live) {
         std::FILE* f = std::tmpfile();
         REQUIRE(f != nullptr);

@@ -48,7 +48,7 @@ TEST_CASE("random_bits is a pure function of (seed, offset, index)") {
     CHECK(snug::random_bits(0, 1ull << 40, 0) != snug::random_bits(0, 0, 0));
 }
 
-TEST_CASE("uniform floats lie in [0, 1) with the right mean and variance") {
+TEST_CASE("uniform floats u lie in 0 <= u < 1 with the right mean and variance") {
     CHECK(snug::bits_to_uniform(0) == 0.0f);
     CHECK(snug::bits_to_uniform(0xffffffffu) < 1.0f);
     CHECK(snug::bits_to_uniform(0xffffffffu) == 1.0f - 1.0f / 16777216.0f);
@@ -81,7 +81,7 @@ TEST_CASE("Generator replays from its saved position") {
     for (std::uint64_t i = 0; i < 6; ++i) CHECK(k.next_u32() == snug::random_bits(123, 4, i));
 }
 
-TEST_CASE("Generator::below is unbiased and in range; normal has unit variance") {
+TEST_CASE("Generator::below is unbiased and in range, normal has unit variance") {
     snug::Generator g(9);
     std::vector<int> counts(7, 0);
     const int n = 70000;

@@ -201,7 +201,7 @@ TEST_CASE("unscale_and_check: overflow after scaling counts, and inf * 0 is caug
     CHECK(std::isnan(inf_times_zero.grads[1]));
 }
 
-TEST_CASE("unscale_and_check: calls OR into found_inf; a later clean call does not reset it", "[unscale]") {
+TEST_CASE("unscale_and_check: calls OR into found_inf, a later clean call does not reset it", "[unscale]") {
     std::mt19937_64 gen(19);
     std::vector<float> a = random_grads(gen, 1001), b = random_grads(gen, 77), c = random_grads(gen, 513);
     b[76] = qnan;

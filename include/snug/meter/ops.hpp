@@ -17,6 +17,9 @@
 #include "snug/ops/encoder.hpp"
 #include "snug/ops/layernorm.hpp"
 #include "snug/ops/linear.hpp"
+#include "snug/ops/rmsnorm.hpp"
+#include "snug/ops/rope.hpp"
+#include "snug/ops/swiglu.hpp"
 #include "snug/ops/sizes.hpp"
 
 namespace snug::meter {
@@ -32,6 +35,42 @@ void layernorm_backward(const Device&, T* /*dinp (N, C)*/, float* /*dweight (C)*
                         const T* /*dout (N, C)*/, const T* /*inp (N, C)*/, const T* /*weight (C)*/,
                         const S* /*mean (N)*/, const S* /*rstd (N)*/, std::int64_t N, int C) {
     ops::check_layernorm("layernorm_backward", N, C);
+}
+
+template <class T, class S>
+void rmsnorm_forward(const Device&, T* /*out (N, C)*/, S* /*rstd (N)*/, const T* /*inp (N, C)*/,
+                     const T* /*weight (C)*/, std::int64_t N, int C, double eps = ops::rmsnorm_eps) {
+    ops::check_rmsnorm("rmsnorm_forward", N, C, eps);
+}
+
+template <class T, class S>
+void rmsnorm_backward(const Device&, T* /*dinp (N, C)*/, float* /*dweight (C)*/, const T* /*dout (N, C)*/,
+                      const T* /*inp (N, C)*/, const T* /*weight (C)*/, const S* /*rstd (N)*/, std::int64_t N,
+                      int C) {
+    ops::check_rmsnorm("rmsnorm_backward", N, C);
+}
+
+template <class T>
+void swiglu_forward(const Device&, T* /*out (N, H)*/, const T* /*inp (N, 2H)*/, std::int64_t N, int H) {
+    ops::check_swiglu("swiglu_forward", N, H);
+}
+
+template <class T>
+void swiglu_backward(const Device&, T* /*dinp (N, 2H)*/, const T* /*inp (N, 2H)*/, const T* /*dout (N, H)*/,
+                     std::int64_t N, int H) {
+    ops::check_swiglu("swiglu_backward", N, H);
+}
+
+template <class T>
+void rope_forward(const Device&, T* /*out (B, T, NH, hs)*/, const T* /*inp (B, T, NH, hs)*/, int B, int T_, int NH,
+                  int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0) {
+    ops::check_rope("rope_forward", B, T_, NH, hs, theta, pos_offset);
+}
+
+template <class T>
+void rope_backward(const Device&, T* /*dinp (B, T, NH, hs)*/, const T* /*dout (B, T, NH, hs)*/, int B, int T_,
+                   int NH, int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0) {
+    ops::check_rope("rope_backward", B, T_, NH, hs, theta, pos_offset);
 }
 
 template <class T>

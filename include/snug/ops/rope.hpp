@@ -1,0 +1,51 @@
+// RoPE's contract, for every backend (rotary position embedding, Llama's):
+// the convention, the defaults and the argument check.
+//
+// On q or k shaped (B, T, NH, hs), hs even, with h = hs / 2 and for every
+// pair i in [0, h) of every head (Hugging Face Llama's "rotate_half" pairing,
+// (i, i + h); not the interleaved (2i, 2i + 1) pairing of the original
+// Llama code, which needs permuted q/k weights to match):
+//   angle = (pos_offset + t) * theta^(-2i / hs)
+//   out[.., i]     = x[.., i] cos(angle) - x[.., i + h] sin(angle)
+//   out[.., i + h] = x[.., i + h] cos(angle) + x[.., i] sin(angle)
+// The backward is the inverse rotation (angle -> -angle) of the gradient.
+// Out of place or in place: out may equal inp (each pair is read before it is
+// written), any other overlap is undefined.
+//
+// Both backends compute the angle, cos and sin in double (once per position
+// and pair, shared by the NH heads), then rotate in the compute type (fp32
+// for fp32 and 16-bit activations): cos and sin are the correctly rounded
+// fp32 values to within an ulp at any position, where an fp32 angle would be
+// off by up to pos * 2^-24 rad (Hugging Face computes it in fp32).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "snug/core/error.hpp"
+#include "snug/ops/sizes.hpp"
+
+namespace snug::ops {
+
+// The default base of the rotation frequencies: Llama 1 and 2's (Llama 3 uses
+// 500000, passed explicitly).
+inline constexpr double rope_theta = 10000.0;
+
+// Non-negative sizes, an even head size, a position offset >= 0, and a finite
+// theta > 0 (ShapeError for a size, ConfigError for theta or the offset).
+inline void check_rope(const char* op, int B, int T, int NH, int hs, double theta, std::int64_t pos_offset) {
+    check_non_negative(op, {{"B", B}, {"T", T}, {"NH", NH}, {"hs", hs}});
+    if (hs % 2 != 0) {
+        throw ShapeError(std::string(op) + ": hs = " + std::to_string(hs) +
+                         " is odd (RoPE rotates pairs (i, i + hs/2) of each head)");
+    }
+    if (!(theta > 0.0) || !std::isfinite(theta)) {
+        throw ConfigError(std::string(op) + ": theta = " + std::to_string(theta) + " (must be finite and positive)");
+    }
+    if (pos_offset < 0) {
+        throw ConfigError(std::string(op) + ": pos_offset = " + std::to_string(pos_offset) + " (must be >= 0)");
+    }
+}
+
+}  // namespace snug::ops
