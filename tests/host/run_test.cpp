@@ -5,8 +5,10 @@
 // K saves a state that resumes.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,7 +66,7 @@ struct RecordingReport : snug::Report {
 snug::RunResult train_fp32(const snug::TrainOptions& o, snug::Report& report) {
     const snug::RunInputs in = snug::load_inputs(o, o.run.tokens_per_update() * o.steps + 1);
     const snug::DeviceInfo host = snug::choose_device("host");
-    return snug::train<snug::Host, snug::precision::Fp32, snug::checkpoint::None>(o, in.data, in.source, host, report);
+    return snug::train<snug::Host, snug::precision::Fp32>(o, in.data, in.source, host, report);
 }
 
 snug::RunResult train_fp32(const snug::TrainOptions& o) {
@@ -99,6 +101,10 @@ TEST_CASE("run: the engine reports each event once, in the order it happens") {
                                             "step 3/3",          "eval 3 with floor", "summary 3 skipped 0",
                                             "state",             "metrics",           "sample 1"};
     CHECK(report.events == expected);
+    // The state file records the plan the run used (for a reader's information).
+    std::ifstream state(o.state_path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(state)), std::istreambuf_iterator<char>());
+    CHECK_THAT(bytes, Catch::Contains("\"recompute_plan\": \"none none\""));
 
     // Stopped after update 2 and resumed: the stop, then the resume, then only update 3.
     o.stop_after = 2;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 
 namespace snug {
 
@@ -20,6 +22,16 @@ inline const char* recompute_name(Recompute r) {
         case Recompute::full: return "full";
     }
     return "?";
+}
+
+// A plan, one mode per layer, as its names: "none selective full".
+inline std::string describe_plan(std::span<const Recompute> plan) {
+    std::string out;
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+        if (i > 0) out += ' ';
+        out += recompute_name(plan[i]);
+    }
+    return out;
 }
 
 }  // namespace snug

@@ -35,7 +35,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
-#include "snug/nn/layer_stack.hpp"
+#include "snug/checkpoint/recompute.hpp"
 
 namespace snug {
 

@@ -20,24 +20,15 @@
 #include <vector>
 
 #include "snug/checkpoint/recompute.hpp"
+#include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/train/data_source.hpp"
+#include "snug/train/device_info.hpp"
+#include "snug/train/memory_plan.hpp"
 #include "snug/train/metrics.hpp"
 #include "snug/train/options.hpp"
-#include "snug/train/planner.hpp"
-#include "snug/train/session.hpp"
 
 namespace snug {
-
-// A recompute plan as its modes' names: "none selective full".
-inline std::string describe_plan(std::span<const Recompute> plan) {
-    std::string out;
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-        if (i > 0) out += ' ';
-        out += recompute_name(plan[i]);
-    }
-    return out;
-}
 
 // What a run measured: the ladder reads it; train_gpt prints it.
 struct RunResult {

@@ -2,14 +2,14 @@
 // measured instead of exiting (a program prints it, the VRAM ladder compares
 // runs) and tells a Report (report.hpp) each event as it happens.
 //
-// train<Dev, Precision, Checkpoint>(options, data, model source, device, report):
+// train<Dev, Precision>(options, data, model source, device, report):
 //   the session (the budget), the model, the token buffers, TrainStep;
 //   resume: the saved state replaces weights, optimizer, scaler, data position;
 //   each update: LR from the schedule, n micro-batches, TrainStep::step, a record
 //   (JSON line + report.progress), validation at the interval, the state saved every
 //   save_every updates and when a stop is asked for (Ctrl-C, stop_after);
 //   the end: the summary, the state and model files asked for, a sample.
-// run_training<Dev>(...) picks the policy types from options.run (RunSpec::visit);
+// run_training<Dev>(...) picks the precision type from options.run;
 // run_evaluation<Dev>(...) only evaluates a model (--eval-only).
 #pragma once
 
@@ -171,11 +171,14 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
     report.file_written("metrics", o.out + "/metrics.jsonl, " + o.out + "/summary.json");
 }
 
-template <class Dev, class Precision, class Checkpoint>
+template <class Dev, class Precision>
 RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
                 Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
     using Model = GPT<typename Precision::compute_type, Dev>;
-    using Step = TrainStep<Model, Precision, accumulate::Steps, Checkpoint>;
+    // One step type per precision: the checkpoint policy of the options is
+    // turned into its recompute plan here (checkpoint::Given), so a program
+    // compiles three run loops, not one per precision and policy.
+    using Step = TrainStep<Model, Precision, accumulate::Steps, checkpoint::Given>;
     const GPTConfig& config = source.config;
     const int B = o.run.micro_batch, T = o.run.seq, n = o.run.accumulation;
     const std::int64_t BT = std::int64_t{B} * T;
@@ -196,15 +199,15 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         Buffer<std::int32_t, Dev> targets_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
                                               "target ids");  // (n, B, T)
 
-        Checkpoint checkpoint{};
-        if constexpr (std::is_same_v<Checkpoint, checkpoint::Budget>) {
-            // What is left for activations once everything else the planner
-            // predicts is counted; no memory budget: no limit.
-            std::size_t bytes = std::numeric_limits<std::size_t>::max();
-            if (o.budget_bytes) bytes = activation_budget(plan_base(o, config, s.plan_target()), *o.budget_bytes);
-            checkpoint = checkpoint::Budget(bytes);
-            report.activation_budget(o.budget_bytes ? std::optional(bytes) : std::nullopt);
+        // The options' policy as the plan it picks for this model and shape;
+        // --checkpoint auto: checkpoint::Budget's plan for what the planner
+        // leaves of the budget for activations (no budget: no limit).
+        std::optional<std::size_t> activation_bytes;
+        if (o.run.checkpoint == CheckpointKind::automatic) {
+            activation_bytes = auto_activation_budget(o, config, s.plan_target());
+            report.activation_budget(activation_bytes);
         }
+        const checkpoint::Given checkpoint{recompute_plan_of(o, config, activation_bytes)};
         TrainConfig tc;
         tc.adamw.weight_decay = o.weight_decay;
         tc.max_grad_norm = o.clip;
@@ -276,7 +279,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
 
         // The first evaluation comes before the first update: it runs under
         // the plan the update will use (TrainStep applies it at its first step).
-        model.set_recompute(plan_recompute(checkpoint, config, precision_kind<Precision>(), B, T));
+        model.set_recompute(checkpoint.modes);
         if (first_step == 0) {
             result.first_val_loss = evaluate();
             report.evaluation(0, *result.first_val_loss, data.floor);
@@ -402,13 +405,13 @@ int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourc
     return std::isfinite(loss) ? 0 : 1;
 }
 
-// One training run on device Dev with the options' precision and checkpoint
-// policy (o.run.visit picks the static types).
+// One training run on device Dev with the options' precision (the static
+// type) and checkpoint policy (its plan).
 template <class Dev>
 RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
                        Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
-    return o.run.visit([&]<class Precision, class Checkpoint>() {
-        return train<Dev, Precision, Checkpoint>(o, data, source, device, report, tokenizer);
+    return visit_precision(o.run.precision, [&]<class Precision>() {
+        return train<Dev, Precision>(o, data, source, device, report, tokenizer);
     });
 }
 

@@ -25,16 +25,30 @@ inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config,
     return plan_input_for(o.run, config, target, o.sample > 0 ? config.max_seq_len : 0);
 }
 
-// plan_base with the options' checkpoint policy (--checkpoint auto: the plan
-// checkpoint::Budget picks for the budget).
+// --checkpoint auto: what is left of the memory budget for activations once
+// everything else the planner predicts is counted (nullopt: no budget, no limit).
+inline std::optional<std::size_t> auto_activation_budget(const TrainOptions& o, const GPTConfig& config,
+                                                         const PlanTarget& target) {
+    if (!o.budget_bytes) return std::nullopt;
+    return activation_budget(plan_base(o, config, target), *o.budget_bytes);
+}
+
+// The options' checkpoint policy as the plan it picks for the model; auto:
+// checkpoint::Budget's plan for `activation_bytes` (nullopt: no limit).
+inline std::vector<Recompute> recompute_plan_of(const TrainOptions& o, const GPTConfig& config,
+                                                std::optional<std::size_t> activation_bytes) {
+    if (o.run.checkpoint != CheckpointKind::automatic)
+        return recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
+    const checkpoint::Budget policy(activation_bytes.value_or(std::numeric_limits<std::size_t>::max()));
+    return plan_recompute(policy, config, o.run.precision, o.run.micro_batch, o.run.seq);
+}
+
+// plan_base with the options' checkpoint policy as its plan (--checkpoint
+// auto: the plan checkpoint::Budget picks for auto_activation_budget).
 inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
     MemoryPlanInput in = plan_base(o, config, target);
-    if (o.run.checkpoint != CheckpointKind::automatic) {
-        in.recompute = recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
-    } else if (o.budget_bytes) {
-        const std::size_t bytes = activation_budget(in, *o.budget_bytes);
-        in.recompute = plan_recompute(checkpoint::Budget(bytes), config, in.precision, o.run.micro_batch, o.run.seq);
-    }
+    const bool automatic = o.run.checkpoint == CheckpointKind::automatic;
+    in.recompute = recompute_plan_of(o, config, automatic ? auto_activation_budget(o, config, target) : std::nullopt);
     return in;
 }
 

@@ -23,7 +23,7 @@
 #include "snug/core/error.hpp"
 #include "snug/precision/loss_scaler.hpp"
 #include "snug/precision/policies.hpp"
-#include "snug/train/planner.hpp"
+#include "snug/train/memory_plan.hpp"
 
 namespace snug {
 
@@ -65,7 +65,7 @@ inline CheckpointKind parse_checkpoint_kind(std::string_view s, std::string_view
 }
 
 // The precision a run names: "fp32", "bf16" or "fp16" (dynamic loss scaling).
-// parse_precision_kind (planner.hpp) throws ConfigError for anything else.
+// parse_precision_kind (memory_plan.hpp) throws ConfigError for anything else.
 constexpr const char* precision_kind_name(PrecisionKind p) { return precision_name(p).data(); }
 
 // Calls f.template operator()<Precision>() with the policy type of `p`:

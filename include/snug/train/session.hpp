@@ -13,15 +13,10 @@
 #include <type_traits>
 
 #include "snug/snug.hpp"
+#include "snug/train/device_info.hpp"
+#include "snug/train/memory_plan.hpp"
 
 namespace snug {
-
-// Which backend a run uses, and a line saying why.
-struct DeviceInfo {
-    bool cuda = false;
-    std::string name = "host";   // what the peak-FLOP/s table (metrics.hpp) is asked about
-    std::string description;
-};
 
 // "cuda", "host" or "auto" (the GPU when this build has CUDA and one exists).
 // "cuda" without a usable GPU throws NoCudaDevice; any other name ConfigError.

@@ -58,7 +58,9 @@
 //   }
 //   "max_grad_norm":      TrainConfig's clipping threshold (<= 0: no clipping)
 //   "accumulation_steps": micro-batches per update (for the reader's information)
-//   "checkpoint_policy":  the activation-checkpoint policy's name (for information)
+//   "checkpoint_policy":  the activation-checkpoint policy's name (for information;
+//                         train_gpt's is "given": its plan, chosen from --checkpoint)
+//   "recompute_plan":     the plan in force, one mode per block (for information)
 //   "loss_scaler": null when the precision policy has none, else {
 //     "kind": "dynamic" (DynamicLossScaler), "static" (StaticLossScaler) or "custom",
 //     "scale", "growth_tracker", "skipped", "steps": its LossScalerState,
@@ -375,6 +377,7 @@ nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Che
         {"max_grad_norm", step.config().max_grad_norm},
         {"accumulation_steps", static_cast<int>(step.steps())},
         {"checkpoint_policy", std::string(Checkpoint::name)},
+        {"recompute_plan", describe_plan(step.recompute_plan())},
         {"loss_scaler", std::move(scaler)},
         {"skipped_steps", step.skipped_steps()},
         {"progress",
