@@ -93,7 +93,7 @@ TEMPLATE_TEST_CASE("GPT on CUDA matches GPT on the host", "", float, snug::bfloa
     const auto cuda = cuda_pass<TestType>(c, w, tokens, targets, B, T);
     if constexpr (std::is_same_v<TestType, float>) {
         CHECK(std::abs(cuda.loss - host.loss) / host.loss < 1e-5);
-        for (const snug::NamedTensor& t : snug::gpt_named_tensors(c)) {
+        for (const snug::ParameterTensor& t : snug::gpt_named_tensors(c)) {
             double max_abs = 0, max_ref = 0;
             for (std::int64_t i = t.offset; i < t.offset + t.shape.numel(); ++i) {
                 max_abs = std::max(max_abs, double(std::abs(cuda.grads[i] - host.grads[i])));

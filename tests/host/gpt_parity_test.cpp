@@ -54,7 +54,7 @@ struct Reference {
     // The reference parameters laid out in snug's contiguous buffer.
     std::vector<float> weights() const {
         std::vector<float> w(static_cast<std::size_t>(snug::GPTLayout(config).total()), -1e30f);
-        for (const snug::NamedTensor& t : snug::gpt_named_tensors(config)) {
+        for (const snug::ParameterTensor& t : snug::gpt_named_tensors(config)) {
             const auto values = file.values<float>("param." + t.name);
             REQUIRE(static_cast<std::int64_t>(values.size()) == t.shape.numel());
             std::copy(values.begin(), values.end(), w.begin() + t.offset);
@@ -68,7 +68,7 @@ struct Reference {
 TEST_CASE("the named tensors tile the parameter buffer exactly") {
     const Reference ref;
     std::vector<int> covered(static_cast<std::size_t>(snug::GPTLayout(ref.config).total()), 0);
-    for (const snug::NamedTensor& t : snug::gpt_named_tensors(ref.config))
+    for (const snug::ParameterTensor& t : snug::gpt_named_tensors(ref.config))
         for (std::int64_t i = 0; i < t.shape.numel(); ++i) ++covered[static_cast<std::size_t>(t.offset + i)];
     CHECK(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
     // Every reference parameter has a snug name, and the other way round.
@@ -113,7 +113,7 @@ TEST_CASE("fp32 GPT on the host matches PyTorch: logits, loss and every gradient
     CHECK(run.tracker.current(snug::MemoryCategory::activations) == 0);
     CHECK(run.tracker.current(snug::MemoryCategory::temporaries) == 0);
 
-    for (const snug::NamedTensor& t : snug::gpt_named_tensors(ref.config)) {
+    for (const snug::ParameterTensor& t : snug::gpt_named_tensors(ref.config)) {
         auto want = ref.file.values<double>("grad." + t.name);
         const float* got = model.gradients() + t.offset;
         const Error e = compare(got, want);

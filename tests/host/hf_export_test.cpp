@@ -263,8 +263,8 @@ TEST_CASE("import accepts GPT2LMHeadModel's names, a tied head and the mask buff
         const snug::io::HFModel m32 = snug::io::import_hf_gpt2(dir.path, 32);
         CHECK(m32.config.padded_vocab_size == 32);
         // Same tensors, other offsets: compare through the names.
-        for (const snug::NamedTensor& t : snug::gpt_named_tensors(m.config)) {
-            const snug::NamedTensor orig = snug::find_named_tensor(c, t.name);
+        for (const snug::ParameterTensor& t : snug::gpt_named_tensors(m.config)) {
+            const snug::ParameterTensor orig = snug::find_named_tensor(c, t.name);
             const std::int64_t n = t.name == "wte.weight" ? 10 * 8 : t.shape.numel();
             bool same = true;
             for (std::int64_t i = 0; i < n; ++i)

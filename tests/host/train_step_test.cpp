@@ -87,7 +87,7 @@ TEST_CASE("n micro-batches of b give the update of one batch of n*b") {
     CHECK(r4.loss == Approx(r1.loss).epsilon(1e-6));
     CHECK(r4.grad_norm == Approx(r1.grad_norm).epsilon(1e-5));
     // Every tensor — biases and both embeddings included — within 1e-5 relative.
-    for (const snug::NamedTensor& t : snug::gpt_named_tensors(c)) {
+    for (const snug::ParameterTensor& t : snug::gpt_named_tensors(c)) {
         double max_abs = 0, max_ref = 0;
         for (std::int64_t i = t.offset; i < t.offset + t.shape.numel(); ++i) {
             max_abs = std::max(max_abs, double(std::abs(g4[std::size_t(i)] - g1[std::size_t(i)])));

@@ -43,13 +43,11 @@ constexpr std::uint64_t seed = 1234;
 
 std::vector<float> reference_weights(const snug::GPTConfig& c) {
     std::vector<float> w = snug::gpt_initial_weights(c, seed);
-    const snug::GPTTensors<float> t(w.data(), c);
     snug::Generator rng(seed + 1);
-    for (int i = 0; i < snug::gpt_tensor_count; ++i) {
-        const auto k = static_cast<snug::GPTTensor>(i);
-        float* p = t[k];
-        const std::int64_t n = snug::gpt_tensor_shape(c, k).numel();
-        if (snug::gpt_tensor_decays(k)) {
+    for (const snug::ParameterTensor& t : snug::gpt_parameter_registry(c).tensors()) {
+        float* p = w.data() + t.offset;
+        const std::int64_t n = t.count();
+        if (t.decay == snug::Decay::yes) {
             for (std::int64_t j = 0; j < n; ++j) p[j] *= 10.0f;  // std 0.2: attention far from uniform
         } else {
             for (std::int64_t j = 0; j < n; ++j) p[j] += 0.1f * rng.normal();  // LayerNorms near 1, biases near 0

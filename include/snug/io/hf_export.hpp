@@ -63,7 +63,7 @@ inline bool hf_is_conv1d_weight(std::string_view name) {
 }
 
 // The shape a named tensor has in the Hugging Face file.
-inline std::vector<std::int64_t> hf_shape(const GPTConfig& c, const NamedTensor& t) {
+inline std::vector<std::int64_t> hf_shape(const GPTConfig& c, const ParameterTensor& t) {
     if (t.name == "wte.weight") return {c.vocab_size, c.channels};
     if (hf_is_conv1d_weight(t.name)) return {t.shape[1], t.shape[0]};
     std::vector<std::int64_t> s;
@@ -124,7 +124,7 @@ inline void export_hf_gpt2(const std::filesystem::path& dir, const GPTConfig& co
         throw ShapeError("Hugging Face export to " + dir.string() + ": expected " + std::to_string(count) +
                          " GPT weights, got " + std::to_string(weights.size()));
     std::map<std::string, SafeTensor> tensors;
-    for (const NamedTensor& t : gpt_named_tensors(config)) {
+    for (const ParameterTensor& t : gpt_named_tensors(config)) {
         SafeTensor s;
         s.dtype = dtype;
         s.shape = detail::hf_shape(config, t);
@@ -270,9 +270,9 @@ inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab
         if (!file_name.emplace(name, full).second)
             throw FileError(weights_name + ": tensor '" + name + "' appears twice (with and without 'transformer.')");
     }
-    const std::vector<NamedTensor> named = gpt_named_tensors(c);
+    const std::vector<ParameterTensor> named = gpt_named_tensors(c);
     std::set<std::string> known;
-    for (const NamedTensor& t : named) known.insert(t.name);
+    for (const ParameterTensor& t : named) known.insert(t.name);
     for (const auto& [name, full] : file_name)
         if (known.count(name) == 0)
             throw FileError(weights_name + ": unexpected tensor '" + full + "' for a GPT-2 of " +
@@ -280,7 +280,7 @@ inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab
 
     m.weights.assign(static_cast<std::size_t>(GPTLayout(c).total()), 0.0f);
     for (std::size_t k = 0; k < named.size(); ++k) {
-        const NamedTensor& t = named[k];
+        const ParameterTensor& t = named[k];
         auto it = file_name.find(t.name);
         if (it == file_name.end()) throw FileError(weights_name + ": missing tensor '" + t.name + "'");
         const SafeTensor& s = file.at(it->second);

@@ -35,37 +35,11 @@
 
 namespace snug {
 
-// GPT-2's initialisation, in fp32 on the host, deterministic in `seed`: matmul
-// weights and embeddings N(0, 0.02), the two residual projections of each block
-// N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
+// GPT-2's initialisation (gpt_parameter_registry says which tensor starts
+// how), in fp32 on the host, deterministic in `seed`.
 inline std::vector<float> gpt_initial_weights(const GPTConfig& c, std::uint64_t seed) {
     c.validate();
-    const GPTLayout layout(c);
-    std::vector<float> w(static_cast<std::size_t>(layout.total()), 0.0f);
-    Generator rng(seed);
-    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-    for (int i = 0; i < gpt_tensor_count; ++i) {
-        const auto t = static_cast<GPTTensor>(i);
-        float* p = w.data() + layout.offset(t);
-        std::int64_t n = gpt_tensor_shape(c, t).numel();
-        switch (t) {
-            case GPTTensor::ln1w: case GPTTensor::ln2w: case GPTTensor::lnfw:
-                for (std::int64_t j = 0; j < n; ++j) p[j] = 1.0f;
-                break;
-            case GPTTensor::wte:
-                n = static_cast<std::int64_t>(c.vocab_size) * c.channels;  // padded rows stay 0
-                [[fallthrough]];
-            case GPTTensor::wpe: case GPTTensor::qkvw: case GPTTensor::fcw:
-                for (std::int64_t j = 0; j < n; ++j) p[j] = 0.02f * rng.normal();
-                break;
-            case GPTTensor::attprojw: case GPTTensor::fcprojw:
-                for (std::int64_t j = 0; j < n; ++j) p[j] = residual_std * rng.normal();
-                break;
-            default:
-                break;  // biases: 0
-        }
-    }
-    return w;
+    return gpt_parameter_registry(c).initial_values(seed);
 }
 
 template <class Act, DeviceTag D>

@@ -1,9 +1,12 @@
-// Where each GPT parameter lives inside one contiguous buffer. The order is
-// llm.c's (tensors grouped by kind across layers), so an llm.c model file is
-// one copy; named entries give every per-layer tensor its GPT-2 name.
+// Where each GPT parameter lives inside one contiguous buffer: GPT declares its
+// tensors into a ParameterRegistry (nn/parameters.hpp) in llm.c's order
+// (tensors grouped by kind across layers), so an llm.c model file is one copy;
+// the registry gives every tensor its GPT-2 name, its decay and its initial
+// values.
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -12,6 +15,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/nn/parameters.hpp"
 #include "snug/optim/parameter_group.hpp"
 
 namespace snug {
@@ -40,17 +44,68 @@ inline Shape gpt_tensor_shape(const GPTConfig& c, GPTTensor t) {
     throw Error("unknown GPT tensor");
 }
 
-// Offsets (in elements) of the grouped tensors in the contiguous buffer.
-struct GPTLayout {
-    std::array<std::int64_t, gpt_tensor_count + 1> offsets{};  // offsets[16] = total elements
+// GPT's tensors as a ParameterRegistry, in llm.c's order: the embeddings,
+// then each per-layer kind for every layer in turn (ln_1.weight of h.0, h.1,
+// ..., then ln_1.bias of every layer, ...), then ln_f — so an llm.c model file
+// is one copy. Names are Hugging Face GPT2Model's; linear weights keep
+// PyTorch nn.Linear's (out, in) layout (the exporter transposes for HF's
+// Conv1D). Initialisation is GPT-2's: matmul weights and embeddings
+// N(0, 0.02²), the two residual projections N(0, (0.02 / sqrt(2 L))²), biases
+// 0, LayerNorm weights 1, padded vocabulary rows 0. 2-D weights decay.
+// `kind_offsets[t]`, when given, receives where kind t starts.
+inline ParameterRegistry gpt_parameter_registry(const GPTConfig& c,
+                                                std::array<std::int64_t, gpt_tensor_count>* kind_offsets = nullptr) {
+    const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+    const auto init = [&](GPTTensor t) {
+        switch (t) {
+            case GPTTensor::wte: return Init::normal(0.02f, std::int64_t{c.vocab_size} * c.channels);
+            case GPTTensor::wpe: case GPTTensor::qkvw: case GPTTensor::fcw: return Init::normal(0.02f);
+            case GPTTensor::attprojw: case GPTTensor::fcprojw: return Init::normal(residual_std);
+            case GPTTensor::ln1w: case GPTTensor::ln2w: case GPTTensor::lnfw: return Init::ones();
+            default: return Init::zeros();
+        }
+    };
+    const auto decay = [](GPTTensor t) {
+        switch (t) {
+            case GPTTensor::wte: case GPTTensor::wpe: case GPTTensor::qkvw: case GPTTensor::attprojw:
+            case GPTTensor::fcw: case GPTTensor::fcprojw: return Decay::yes;
+            default: return Decay::no;
+        }
+    };
+    constexpr const char* layer_suffix[gpt_tensor_count] = {
+        nullptr, nullptr, "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+        "mlp.c_proj.weight", "mlp.c_proj.bias", nullptr, nullptr};
+    constexpr const char* whole_name[gpt_tensor_count] = {
+        "wte.weight", "wpe.weight", nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, "ln_f.weight", "ln_f.bias"};
 
-    explicit GPTLayout(const GPTConfig& c) {
-        for (int i = 0; i < gpt_tensor_count; ++i)
-            offsets[static_cast<std::size_t>(i + 1)] =
-                offsets[static_cast<std::size_t>(i)] + gpt_tensor_shape(c, static_cast<GPTTensor>(i)).numel();
+    ParameterRegistry r;
+    for (int i = 0; i < gpt_tensor_count; ++i) {
+        const auto t = static_cast<GPTTensor>(i);
+        const Shape shape = gpt_tensor_shape(c, t);
+        const auto u = static_cast<std::size_t>(i);
+        if (kind_offsets != nullptr) (*kind_offsets)[u] = r.total();
+        if (whole_name[u] != nullptr) {
+            r.add(whole_name[u], shape, init(t), decay(t));
+            continue;
+        }
+        for (int l = 0; l < c.n_layer; ++l) {
+            r.add("h." + std::to_string(l) + "." + layer_suffix[u], shape.inner(), init(t), decay(t));
+        }
     }
+    return r;
+}
+
+// Offsets (in elements) of the grouped tensors in the contiguous buffer, as
+// gpt_parameter_registry lays them out.
+struct GPTLayout {
+    std::array<std::int64_t, gpt_tensor_count> offsets{};
+    std::int64_t elements = 0;
+
+    explicit GPTLayout(const GPTConfig& c) { elements = gpt_parameter_registry(c, &offsets).total(); }
     std::int64_t offset(GPTTensor t) const { return offsets[static_cast<std::size_t>(t)]; }
-    std::int64_t total() const { return offsets[gpt_tensor_count]; }
+    std::int64_t total() const { return elements; }
 };
 
 // Pointers to one copy of every GPT tensor (parameters, gradients, moments...)
@@ -71,79 +126,21 @@ struct GPTTensors {
     }
 };
 
-// One named tensor of the GPT-2 naming scheme (Hugging Face GPT2Model names).
-// Linear weights keep PyTorch nn.Linear's (out, in) layout here; Hugging
-// Face's Conv1D stores them transposed, which the exporter handles.
-struct NamedTensor {
-    std::string name;     // "wte.weight", "h.3.attn.c_attn.weight", ...
-    std::int64_t offset;  // in elements, in the contiguous buffer
-    Shape shape;
-};
-
-inline std::vector<NamedTensor> gpt_named_tensors(const GPTConfig& c) {
-    const GPTLayout layout(c);
-    std::vector<NamedTensor> out;
-    auto whole = [&](GPTTensor t, std::string name) {
-        out.push_back({std::move(name), layout.offset(t), gpt_tensor_shape(c, t)});
-    };
-    whole(GPTTensor::wte, "wte.weight");
-    whole(GPTTensor::wpe, "wpe.weight");
-    struct PerLayer {
-        GPTTensor tensor;
-        const char* suffix;
-    };
-    const PerLayer per_layer[] = {
-        {GPTTensor::ln1w, "ln_1.weight"},        {GPTTensor::ln1b, "ln_1.bias"},
-        {GPTTensor::qkvw, "attn.c_attn.weight"}, {GPTTensor::qkvb, "attn.c_attn.bias"},
-        {GPTTensor::attprojw, "attn.c_proj.weight"}, {GPTTensor::attprojb, "attn.c_proj.bias"},
-        {GPTTensor::ln2w, "ln_2.weight"},        {GPTTensor::ln2b, "ln_2.bias"},
-        {GPTTensor::fcw, "mlp.c_fc.weight"},     {GPTTensor::fcb, "mlp.c_fc.bias"},
-        {GPTTensor::fcprojw, "mlp.c_proj.weight"}, {GPTTensor::fcprojb, "mlp.c_proj.bias"},
-    };
-    for (int l = 0; l < c.n_layer; ++l) {
-        for (const PerLayer& p : per_layer) {
-            const Shape s = gpt_tensor_shape(c, p.tensor);
-            const Shape one = s.inner();
-            out.push_back({"h." + std::to_string(l) + "." + p.suffix, layout.offset(p.tensor) + l * one.numel(), one});
-        }
-    }
-    whole(GPTTensor::lnfw, "ln_f.weight");
-    whole(GPTTensor::lnfb, "ln_f.bias");
-    return out;
+// Every GPT tensor by name, in buffer order (gpt_parameter_registry).
+inline std::vector<ParameterTensor> gpt_named_tensors(const GPTConfig& c) {
+    const ParameterRegistry r = gpt_parameter_registry(c);
+    return {r.tensors().begin(), r.tensors().end()};
 }
 
-// Looks a name up in gpt_named_tensors; an unknown name throws, naming it.
-inline NamedTensor find_named_tensor(const GPTConfig& c, std::string_view name) {
-    for (NamedTensor& t : gpt_named_tensors(c))
-        if (t.name == name) return t;
-    throw Error("GPT has no tensor named '" + std::string(name) + "'");
+// Looks a name up among GPT's tensors; an unknown name throws, naming it.
+inline ParameterTensor find_named_tensor(const GPTConfig& c, std::string_view name) {
+    return gpt_parameter_registry(c).find(name);
 }
 
-// Whether AdamW's weight decay applies: 2-D weights (matmuls and embeddings)
-// decay; biases and LayerNorm parameters do not.
-inline bool gpt_tensor_decays(GPTTensor t) {
-    switch (t) {
-        case GPTTensor::wte: case GPTTensor::wpe: case GPTTensor::qkvw: case GPTTensor::attprojw:
-        case GPTTensor::fcw: case GPTTensor::fcprojw: return true;
-        default: return false;
-    }
-}
-
-// GPT's groups: 2-D weights (embeddings and matmuls) decay; biases and
-// LayerNorm parameters do not. Neighbouring tensors of the same kind merge.
+// GPT's groups for AdamW: 2-D weights (embeddings and matmuls) decay; biases
+// and LayerNorm parameters do not. Neighbouring tensors of the same kind merge.
 inline std::vector<ParameterGroup> gpt_parameter_groups(const GPTConfig& c) {
-    const GPTLayout layout(c);
-    std::vector<ParameterGroup> groups;
-    for (int i = 0; i < gpt_tensor_count; ++i) {
-        const auto t = static_cast<GPTTensor>(i);
-        const std::int64_t offset = layout.offset(t), count = gpt_tensor_shape(c, t).numel();
-        const bool decay = gpt_tensor_decays(t);
-        if (!groups.empty() && groups.back().decay == decay && groups.back().offset + groups.back().count == offset)
-            groups.back().count += count;
-        else
-            groups.push_back({offset, count, decay});
-    }
-    return groups;
+    return gpt_parameter_registry(c).groups();
 }
 
 }  // namespace snug
