@@ -22,7 +22,9 @@ namespace {
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
+using snug::test::central_differences;
 using snug::test::is_rne;
+using snug::test::max_rel;
 using snug::test::random_values;
 using snug::test::to_double;
 
@@ -51,17 +53,6 @@ Reference reference_forward(const std::vector<T>& inp, const std::vector<T>& w, 
         r.rstd[n] = rs;
     }
     return r;
-}
-
-// max over i of |got - want| / (|want| + floor)
-template <class G>
-double max_rel(const std::vector<G>& got, const std::vector<double>& want, double floor) {
-    double worst = 0.0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-        const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + floor);
-        worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
-    }
-    return worst;
 }
 
 struct Size {
@@ -147,23 +138,9 @@ TEST_CASE("layernorm_backward: central finite differences in double", "[layernor
         snug::host::layernorm_backward(dev, dinp.data(), dw.data(), db.data(), G.data(), inp.data(), w.data(),
                                        mean.data(), rstd.data(), N, C);
 
-        const double h = 1e-5;
-        auto fd = [&](std::vector<double>& param) {
-            std::vector<double> g(param.size());
-            for (std::size_t i = 0; i < param.size(); ++i) {
-                const double keep = param[i];
-                param[i] = keep + h;
-                const double lp = loss();
-                param[i] = keep - h;
-                const double lm = loss();
-                param[i] = keep;
-                g[i] = (lp - lm) / (2 * h);
-            }
-            return g;
-        };
-        const auto g_inp = fd(inp);
-        const auto g_w = fd(w);
-        const auto g_b = fd(b);
+        const auto g_inp = central_differences(inp, loss);
+        const auto g_w = central_differences(w, loss);
+        const auto g_b = central_differences(b, loss);
         double err_inp = 0.0, err_w = 0.0, err_b = 0.0;
         for (std::size_t i = 0; i < nc; ++i) err_inp = std::max(err_inp, std::fabs(dinp[i] - dinp0[i] - g_inp[i]));
         for (int c = 0; c < C; ++c) {

@@ -20,7 +20,9 @@ namespace {
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
+using snug::test::central_differences;
 using snug::test::is_rne;
+using snug::test::max_rel;
 using snug::test::random_values;
 using snug::test::to_double;
 
@@ -50,17 +52,6 @@ std::vector<double> reference_forward(const std::vector<T>& x, Shape s, double t
         }
     }
     return out;
-}
-
-// max over i of |got - want| / (|want| + floor)
-template <class G>
-double max_rel(const std::vector<G>& got, const std::vector<double>& want, double floor) {
-    double worst = 0.0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-        const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + floor);
-        worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
-    }
-    return worst;
 }
 
 }  // namespace
@@ -131,17 +122,9 @@ TEST_CASE("rope_backward: central finite differences in double, and the inverse 
         };
         std::vector<double> dx(s.size(), std::numeric_limits<double>::quiet_NaN());  // overwritten
         snug::host::rope_backward(dev, dx.data(), G.data(), s.B, s.T, s.NH, s.hs, theta, offset);
-        const double h = 1e-5;
+        const auto g = central_differences(x, loss);
         double err = 0.0;
-        for (std::size_t i = 0; i < x.size(); ++i) {
-            const double keep = x[i];
-            x[i] = keep + h;
-            const double lp = loss();
-            x[i] = keep - h;
-            const double lm = loss();
-            x[i] = keep;
-            err = std::max(err, std::fabs(dx[i] - (lp - lm) / (2 * h)));
-        }
+        for (std::size_t i = 0; i < x.size(); ++i) err = std::max(err, std::fabs(dx[i] - g[i]));
         CHECK(err < 1e-9);  // linear in x: rounding of the difference quotient only
 
         // The rotation is orthogonal: backward(forward(x)) = x.

@@ -19,7 +19,9 @@ namespace {
 using snug::bfloat16;
 using snug::half;
 using snug::host::Device;
+using snug::test::central_differences;
 using snug::test::is_rne;
+using snug::test::max_rel;
 using snug::test::random_values;
 using snug::test::to_double;
 
@@ -35,17 +37,6 @@ std::vector<double> reference_forward(const std::vector<T>& inp, std::int64_t N,
         }
     }
     return out;
-}
-
-// max over i of |got - want| / (|want| + floor)
-template <class G>
-double max_rel(const std::vector<G>& got, const std::vector<double>& want, double floor) {
-    double worst = 0.0;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-        const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + floor);
-        worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
-    }
-    return worst;
 }
 
 struct Size {
@@ -120,17 +111,9 @@ TEST_CASE("swiglu_backward: central finite differences in double", "[swiglu]") {
         };
         std::vector<double> dinp(n_in, std::numeric_limits<double>::quiet_NaN());  // overwritten
         snug::host::swiglu_backward(dev, dinp.data(), inp.data(), G.data(), N, H);
-        const double h = 1e-5;
+        const auto g = central_differences(inp, loss);
         double err = 0.0;
-        for (std::size_t i = 0; i < n_in; ++i) {
-            const double keep = inp[i];
-            inp[i] = keep + h;
-            const double lp = loss();
-            inp[i] = keep - h;
-            const double lm = loss();
-            inp[i] = keep;
-            err = std::max(err, std::fabs(dinp[i] - (lp - lm) / (2 * h)));
-        }
+        for (std::size_t i = 0; i < n_in; ++i) err = std::max(err, std::fabs(dinp[i] - g[i]));
         INFO("N = " << N << ", H = " << H);
         CHECK(err < 1e-8);  // double all the way: finite-difference error only
     }

@@ -1,11 +1,14 @@
 // Test support for the host tests in tests/host: values as double, exact
-// round trips from double, object bits, seeded random inputs, and the
-// round-to-nearest-even check for 16-bit results.
+// round trips from double, object bits, seeded random inputs, the
+// round-to-nearest-even check for 16-bit results, the largest relative error
+// of a result, and central finite differences.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -74,6 +77,35 @@ bool is_rne(double x, T b) {
         if (nd < std::fabs(x - v) || (nd == std::fabs(x - v) && (b.bits & 1) != 0)) return false;
     }
     return true;
+}
+
+// max over i of |got[i] - want[i]| / (|want[i]| + floor); a NaN anywhere
+// counts as infinitely wrong.
+template <class G>
+double max_rel(const std::vector<G>& got, const std::vector<double>& want, double floor) {
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + floor);
+        worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+    }
+    return worst;
+}
+
+// d loss / d param[i] for every i by central differences with step h
+// (loss() reads param; each entry is restored after its two evaluations).
+template <class Loss>
+std::vector<double> central_differences(std::vector<double>& param, Loss&& loss, double h = 1e-5) {
+    std::vector<double> g(param.size());
+    for (std::size_t i = 0; i < param.size(); ++i) {
+        const double keep = param[i];
+        param[i] = keep + h;
+        const double lp = loss();
+        param[i] = keep - h;
+        const double lm = loss();
+        param[i] = keep;
+        g[i] = (lp - lm) / (2 * h);
+    }
+    return g;
 }
 
 }  // namespace snug::test
