@@ -30,8 +30,12 @@ def main(executables):
     bad = []
     total = 0
     for exe in executables:
-        out = subprocess.run([exe, "--list-test-names-only"], capture_output=True, text=True, check=True).stdout
-        names = [line for line in out.splitlines() if line.strip()]
+        # Catch2 2.x exits with the number of tests it listed, not 0.
+        run = subprocess.run([exe, "--list-test-names-only"], capture_output=True, text=True)
+        names = [line for line in run.stdout.splitlines() if line.strip()]
+        if run.returncode < 0 or not names:
+            print(f"{exe}: listing its tests failed (exit {run.returncode}): {run.stderr.strip()}")
+            return 1
         total += len(names)
         bad += [f"{exe}: '{n}' {problem(n)}" for n in names if problem(n)]
     if bad:
