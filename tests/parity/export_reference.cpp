@@ -44,7 +44,8 @@ constexpr std::uint64_t seed = 1234;
 std::vector<float> reference_weights(const snug::GPTConfig& c) {
     std::vector<float> w = snug::gpt_initial_weights(c, seed);
     snug::Generator rng(seed + 1);
-    for (const snug::ParameterTensor& t : snug::gpt_parameter_registry(c).tensors()) {
+    const snug::ParameterRegistry registry = snug::gpt_parameter_registry(c);
+    for (const snug::ParameterTensor& t : registry.tensors()) {
         float* p = w.data() + t.offset;
         const std::int64_t n = t.count();
         if (t.decay == snug::Decay::yes) {

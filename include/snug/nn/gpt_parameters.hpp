@@ -134,7 +134,8 @@ inline std::vector<ParameterTensor> gpt_named_tensors(const GPTConfig& c) {
 
 // Looks a name up among GPT's tensors; an unknown name throws, naming it.
 inline ParameterTensor find_named_tensor(const GPTConfig& c, std::string_view name) {
-    return gpt_parameter_registry(c).find(name);
+    const ParameterRegistry r = gpt_parameter_registry(c);
+    return r.find(name);
 }
 
 // GPT's groups for AdamW: 2-D weights (embeddings and matmuls) decay; biases

@@ -73,10 +73,14 @@ public:
 
     // Elements of the whole buffer.
     std::int64_t total() const { return total_; }
-    std::span<const ParameterTensor> tensors() const { return tensors_; }
+    // Views into the registry: not of a temporary one (`for (auto& t :
+    // make_registry().tensors())` would read freed memory), hence & only.
+    std::span<const ParameterTensor> tensors() const& { return tensors_; }
+    std::span<const ParameterTensor> tensors() const&& = delete;
 
     // The tensor of that name; an unknown name throws ConfigError naming it.
-    const ParameterTensor& find(std::string_view name) const {
+    const ParameterTensor& find(std::string_view name) const&& = delete;
+    const ParameterTensor& find(std::string_view name) const& {
         for (const ParameterTensor& t : tensors_)
             if (t.name == name) return t;
         throw ConfigError("no parameter named '" + std::string(name) + "'");
