@@ -11,6 +11,9 @@
 //       using Step = snug::TrainStep<Model, Precision, snug::accumulate::Steps, Checkpoint>;
 //       ...
 //   });
+//
+// (train_gpt's run loop visits only the precision and applies the policy as
+// its plan, checkpoint::Given: one loop per precision to compile, not 21.)
 #pragma once
 
 #include <cstdint>
