@@ -31,6 +31,10 @@ struct Finding {
 
 const std::vector<Finding>& findings() {
     static const std::vector<Finding> list = {
+        // ---- llm.c model files (io/llmc_model.hpp) ----
+        {"llmc_model", "layers_65536_in_2_KiB", {"model.bin", "65536 layers", "need at least", "truncated"},
+         "found by fuzz_llmc_model: a 2 KiB file whose header claimed 65536 layers had its 786432 tensor names "
+         "laid out, each checked against all before it, for over a minute before the size check"},
         // ---- tokenizer (data/tokenizer.hpp) ----
         {"tokenizer", "vocab_size_beyond_the_file", {"tokenizer.bin", "vocabulary of 16777216", "needs at least"},
          "found by fuzz_tokenizer: a 1 KiB file whose header promised 2^24 tokens reserved 128 MiB of offsets "

@@ -117,6 +117,18 @@ inline LlmcModel read_llmc_model(const std::filesystem::path& path) {
     m.version = static_cast<LlmcVersion>(h[1]);
     m.config = detail::llmc_config_from_header(h, name);
 
+    // Laying the model out names 12 tensors per layer; a header that claims
+    // millions of layers in a file of a few KiB is refused before that, by a
+    // lower bound on its parameters: each layer's four matrices hold 12 C².
+    const double C = m.config.channels;
+    const double at_least = static_cast<double>(m.config.n_layer) * 12.0 * C * C;
+    const double available = static_cast<double>(size - llmc_model_header_bytes) / detail::llmc_value_bytes(m.version);
+    if (at_least > available)
+        throw FileError(name + ": size mismatch: the header's " + std::to_string(m.config.n_layer) +
+                        " layers of " + std::to_string(m.config.channels) + " channels need at least " +
+                        std::to_string(static_cast<std::int64_t>(at_least)) + " parameters, but the file has " +
+                        std::to_string(size) + " bytes (truncated)");
+
     const std::int64_t count = GPTLayout(m.config).total();
     const std::size_t value_bytes = detail::llmc_value_bytes(m.version);
     const std::uintmax_t expected = llmc_model_header_bytes + static_cast<std::uintmax_t>(count) * value_bytes;

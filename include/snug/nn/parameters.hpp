@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,13 +61,14 @@ public:
         if (shape.rank() == 0 || shape.numel() <= 0)
             throw ConfigError("ParameterRegistry: tensor '" + name + "' has shape " + shape.str() +
                               ", which holds no elements");
-        for (const ParameterTensor& t : tensors_)
-            if (t.name == name) throw ConfigError("ParameterRegistry: tensor '" + name + "' is declared twice");
+        if (index_.contains(name))
+            throw ConfigError("ParameterRegistry: tensor '" + name + "' is declared twice");
         if (init.kind == Init::Kind::normal && init.count > shape.numel())
             throw ConfigError("ParameterRegistry: tensor '" + name + "' draws " + std::to_string(init.count) +
                               " values but holds " + std::to_string(shape.numel()));
         const std::int64_t offset = total_;
         total_ += shape.numel();
+        index_.emplace(name, tensors_.size());
         tensors_.push_back({std::move(name), std::move(shape), offset, init, decay});
         return offset;
     }
@@ -81,8 +83,8 @@ public:
     // The tensor of that name; an unknown name throws ConfigError naming it.
     const ParameterTensor& find(std::string_view name) const&& = delete;
     const ParameterTensor& find(std::string_view name) const& {
-        for (const ParameterTensor& t : tensors_)
-            if (t.name == name) return t;
+        const auto it = index_.find(std::string(name));
+        if (it != index_.end()) return tensors_[it->second];
         throw ConfigError("no parameter named '" + std::string(name) + "'");
     }
 
@@ -123,6 +125,7 @@ public:
 
 private:
     std::vector<ParameterTensor> tensors_;
+    std::unordered_map<std::string, std::size_t> index_;  // name -> position in tensors_
     std::int64_t total_ = 0;
 };
 
