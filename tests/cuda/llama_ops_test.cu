@@ -212,6 +212,41 @@ TEMPLATE_TEST_CASE("cuda rope forward and backward match the host, in place and 
     for (const RopeCase& c : cases) check_rope<TestType>(rng, c);
 }
 
+TEMPLATE_TEST_CASE("cuda rope with a row stride matches the host on a fused qkv and leaves v's bits alone",
+                   "[cuda][rope]", float, snug::bfloat16, snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const int B = 2, T = 33, NHq = 3, hs = 16;  // rows [q | k | v] of 3 NHq heads
+    const std::int64_t row = 3 * NHq * hs;
+    const auto n = static_cast<std::size_t>(B * T * row);
+    const auto qkv = random_values<TestType>(rng, n, -2.0f, 2.0f);
+    for (const bool backward : {false, true}) {
+        INFO((backward ? "rope_backward" : "rope_forward"));
+        auto qkv_d = to_device(tracker, qkv);
+        std::vector<TestType> expected = qkv;
+        if (backward) {
+            rope_backward(dev, qkv_d.data(), qkv_d.data(), B, T, 2 * NHq, hs, 10000.0, 5, row);
+            rope_backward(host, expected.data(), expected.data(), B, T, 2 * NHq, hs, 10000.0, 5, row);
+        } else {
+            rope_forward(dev, qkv_d.data(), qkv_d.data(), B, T, 2 * NHq, hs, 10000.0, 5, row);
+            rope_forward(host, expected.data(), expected.data(), B, T, 2 * NHq, hs, 10000.0, 5, row);
+        }
+        const auto got = to_host(qkv_d);
+        check_close(got, expected, tolerance<TestType>(), "qkv");
+        std::vector<TestType> v_got, v_before;
+        for (std::int64_t r = 0; r < B * T; ++r)
+            for (std::int64_t j = 2 * NHq * hs; j < row; ++j) {
+                v_got.push_back(got[static_cast<std::size_t>(r * row + j)]);
+                v_before.push_back(qkv[static_cast<std::size_t>(r * row + j)]);
+            }
+        check_same_bits(v_got, v_before, "v");
+    }
+}
+
 TEST_CASE("cuda llama kernels reject bad arguments before launching, naming the problem",
           "[cuda][rmsnorm][swiglu][rope]") {
     const Cuda dev{};
@@ -226,6 +261,8 @@ TEST_CASE("cuda llama kernels reject bad arguments before launching, naming the 
     CHECK_THROWS_WITH(snug::cuda::rope_forward(dev, f, f, 1, 4, 2, 9),
                       Contains("rope_forward") && Contains("hs = 9 is odd"));
     CHECK_THROWS_AS(snug::cuda::rope_backward(dev, f, f, 1, 4, 2, 8, -10000.0), snug::ConfigError);
+    CHECK_THROWS_WITH(snug::cuda::rope_forward(dev, f, f, 1, 4, 2, 8, 10000.0, 0, 15),
+                      Contains("rope_forward") && Contains("row_stride = 15"));
     // Nothing to do: nothing launched.
     snug::cuda::rmsnorm_forward(dev, f, f, f, f, 0, 8);
     snug::cuda::swiglu_forward(dev, f, f, 0, 8);

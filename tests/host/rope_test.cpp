@@ -196,3 +196,45 @@ TEST_CASE("rope: an odd head size, negative sizes, a bad theta or offset throw, 
                       Catch::Contains("pos_offset = -1"));
     CHECK_NOTHROW(snug::host::rope_forward(dev, x.data(), x.data(), 0, 2, 2, 4));
 }
+
+TEST_CASE("rope with a row stride rotates q and k inside a fused qkv row and leaves v alone", "[rope]") {
+    // qkv rows of 3 NH' heads: [q | k | v]; NH = 2 NH' heads rotated per row.
+    const Device dev;
+    const int B = 2, T = 9, NHq = 3, hs = 8;
+    const std::int64_t row = 3 * NHq * hs;
+    const auto qkv = random_values<float>(static_cast<std::size_t>(B * T * row), 7, -2.0, 2.0);
+    // The same q and k, copied out contiguous: (B, T, 2 NH', hs).
+    std::vector<float> qk(static_cast<std::size_t>(B * T * 2 * NHq * hs));
+    for (std::int64_t r = 0; r < B * T; ++r)
+        std::copy_n(qkv.begin() + r * row, 2 * NHq * hs, qk.begin() + r * 2 * NHq * hs);
+
+    for (const bool backward : {false, true}) {
+        INFO((backward ? "rope_backward" : "rope_forward"));
+        std::vector<float> strided = qkv, contiguous(qk.size());
+        if (backward) {
+            snug::host::rope_backward(dev, strided.data(), strided.data(), B, T, 2 * NHq, hs, 10000.0, 3, row);
+            snug::host::rope_backward(dev, contiguous.data(), qk.data(), B, T, 2 * NHq, hs, 10000.0, 3);
+        } else {
+            snug::host::rope_forward(dev, strided.data(), strided.data(), B, T, 2 * NHq, hs, 10000.0, 3, row);
+            snug::host::rope_forward(dev, contiguous.data(), qk.data(), B, T, 2 * NHq, hs, 10000.0, 3);
+        }
+        std::size_t qk_differ = 0, v_changed = 0;
+        for (std::int64_t r = 0; r < B * T; ++r) {
+            for (std::int64_t j = 0; j < 2 * NHq * hs; ++j)
+                qk_differ += strided[static_cast<std::size_t>(r * row + j)] !=
+                             contiguous[static_cast<std::size_t>(r * 2 * NHq * hs + j)];
+            for (std::int64_t j = 2 * NHq * hs; j < row; ++j)
+                v_changed += strided[static_cast<std::size_t>(r * row + j)] != qkv[static_cast<std::size_t>(r * row + j)];
+        }
+        CHECK(qk_differ == 0);
+        CHECK(v_changed == 0);
+        CHECK(strided != qkv);  // the rotation did something
+    }
+    // A stride shorter than the rotated heads would overlap rows.
+    std::vector<float> buf = qkv;
+    CHECK_THROWS_AS(snug::host::rope_forward(dev, buf.data(), buf.data(), B, T, 2 * NHq, hs, 10000.0, 0,
+                                             2 * NHq * hs - 1),
+                    snug::ShapeError);
+    CHECK_THROWS_WITH(snug::host::rope_backward(dev, buf.data(), buf.data(), B, T, 2 * NHq, hs, 10000.0, 0, 5),
+                      Catch::Contains("row_stride = 5") && Catch::Contains("NH * hs = 48"));
+}

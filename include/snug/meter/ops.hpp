@@ -63,14 +63,15 @@ void swiglu_backward(const Device&, T* /*dinp (N, 2H)*/, const T* /*inp (N, 2H)*
 
 template <class T>
 void rope_forward(const Device&, T* /*out (B, T, NH, hs)*/, const T* /*inp (B, T, NH, hs)*/, int B, int T_, int NH,
-                  int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0) {
-    ops::check_rope("rope_forward", B, T_, NH, hs, theta, pos_offset);
+                  int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0, std::int64_t row_stride = 0) {
+    ops::check_rope("rope_forward", B, T_, NH, hs, theta, pos_offset, row_stride);
 }
 
 template <class T>
 void rope_backward(const Device&, T* /*dinp (B, T, NH, hs)*/, const T* /*dout (B, T, NH, hs)*/, int B, int T_,
-                   int NH, int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0) {
-    ops::check_rope("rope_backward", B, T_, NH, hs, theta, pos_offset);
+                   int NH, int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0,
+                   std::int64_t row_stride = 0) {
+    ops::check_rope("rope_backward", B, T_, NH, hs, theta, pos_offset, row_stride);
 }
 
 template <class T>

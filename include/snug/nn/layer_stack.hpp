@@ -33,9 +33,7 @@ public:
     using D = device_type;
 
     explicit LayerStack(std::vector<L> layers)
-        : layers_(std::move(layers)), modes_(layers_.size(), Recompute::none), states_(layers_.size()) {
-        if (layers_.empty()) throw Error("LayerStack: needs at least one layer");
-    }
+        : layers_(non_empty(std::move(layers))), modes_(layers_.size(), Recompute::none), states_(layers_.size()) {}
 
     std::size_t size() const { return layers_.size(); }
     L& operator[](std::size_t i) { return layers_[i]; }
@@ -100,6 +98,13 @@ public:
     }
 
 private:
+    // Checked before the other members are built (GCC 12 warns falsely about
+    // freeing them on a throw from the constructor's body).
+    static std::vector<L> non_empty(std::vector<L> layers) {
+        if (layers.empty()) throw Error("LayerStack: needs at least one layer");
+        return layers;
+    }
+
     std::vector<L> layers_;
     std::vector<Recompute> modes_;
     std::vector<CheckpointState> states_;

@@ -12,6 +12,12 @@
 // Out of place or in place: out may equal inp (each pair is read before it is
 // written), any other overlap is undefined.
 //
+// row_stride: elements from one position's first head to the next position's
+// (in and out alike); 0 means NH * hs, contiguous heads. A larger stride
+// rotates the first NH heads of wider rows and leaves the rest alone: on a
+// fused qkv (B, T, 3 NH', hs) row, NH = 2 NH' and row_stride = 3 NH' hs
+// rotate q and k in place and not v.
+//
 // Both backends compute the angle, cos and sin in double (once per position
 // and pair, shared by the NH heads), then rotate in the compute type (fp32
 // for fp32 and 16-bit activations): cos and sin are the correctly rounded
@@ -33,9 +39,15 @@ namespace snug::ops {
 inline constexpr double rope_theta = 10000.0;
 
 // Non-negative sizes, an even head size, a position offset >= 0, and a finite
-// theta > 0 (ShapeError for a size, ConfigError for theta or the offset).
-inline void check_rope(const char* op, int B, int T, int NH, int hs, double theta, std::int64_t pos_offset) {
+// theta > 0, and a row_stride of 0 or at least NH * hs (ShapeError for a
+// size, ConfigError for theta or the offset).
+inline void check_rope(const char* op, int B, int T, int NH, int hs, double theta, std::int64_t pos_offset,
+                       std::int64_t row_stride) {
     check_non_negative(op, {{"B", B}, {"T", T}, {"NH", NH}, {"hs", hs}});
+    if (row_stride != 0 && row_stride < std::int64_t{NH} * hs) {
+        throw ShapeError(std::string(op) + ": row_stride = " + std::to_string(row_stride) + " is less than NH * hs = " +
+                         std::to_string(std::int64_t{NH} * hs) + " (rows of heads would overlap)");
+    }
     if (hs % 2 != 0) {
         throw ShapeError(std::string(op) + ": hs = " + std::to_string(hs) +
                          " is odd (RoPE rotates pairs (i, i + hs/2) of each head)");
@@ -46,6 +58,11 @@ inline void check_rope(const char* op, int B, int T, int NH, int hs, double thet
     if (pos_offset < 0) {
         throw ConfigError(std::string(op) + ": pos_offset = " + std::to_string(pos_offset) + " (must be >= 0)");
     }
+}
+
+// The row stride a call means: row_stride, or NH * hs for 0.
+inline std::int64_t rope_row_stride(int NH, int hs, std::int64_t row_stride) {
+    return row_stride != 0 ? row_stride : std::int64_t{NH} * hs;
 }
 
 }  // namespace snug::ops
