@@ -69,6 +69,16 @@ void check_encoder(snug::Generator& rng, const EncoderSize& z) {
     encoder_backward(host, dwte.data(), dwpe.data(), dout.data(), tokens.data(), z.B, z.T, z.C);
     check_same_bits(to_host(dwte_d), dwte, "dwte");
     check_same_bits(to_host(dwpe_d), dwpe, "dwpe");
+
+    // Without positions (wpe, dwpe nullptr): wte's rows, and wte's gradient alone.
+    auto out0_d = poisoned<T>(tracker, rows * C);
+    encoder_forward(dev, out0_d.data(), tokens_d.data(), wte_d.data(), static_cast<const T*>(nullptr), z.B, z.T, z.C);
+    std::vector<T> out0(rows * C);
+    encoder_forward(host, out0.data(), tokens.data(), wte.data(), static_cast<const T*>(nullptr), z.B, z.T, z.C);
+    check_same_bits(to_host(out0_d), out0, "out without positions");
+    auto dwte0_d = to_device(tracker, dwte0);
+    encoder_backward(dev, dwte0_d.data(), static_cast<float*>(nullptr), dout_d.data(), tokens_d.data(), z.B, z.T, z.C);
+    check_same_bits(to_host(dwte0_d), dwte, "dwte without positions");
 }
 
 }  // namespace

@@ -183,3 +183,30 @@ TEST_CASE("encoder: negative token ids and sizes are refused before any write", 
         snug::host::encoder_backward(dev, dwte.data(), dwpe.data(), out.data(), tokens.data(), B, T, -2),
         Catch::Contains("C = -2"));
 }
+
+TEMPLATE_TEST_CASE("encoder without positions (wpe nullptr): wte's rows, and wte's gradient unchanged", "[encoder]",
+                   float, half, bfloat16) {
+    const Device dev;
+    const int B = 3, T = 5, C = 7, V = 4, maxT = 6;
+    const auto tokens = random_tokens(static_cast<std::size_t>(B) * T, V, 41);
+    const auto wte = random_values<TestType>(static_cast<std::size_t>(V) * C, 42);
+    const auto wpe = random_values<TestType>(static_cast<std::size_t>(maxT) * C, 43);
+    std::vector<TestType> out(static_cast<std::size_t>(B) * T * C, TestType(99.0f));
+    snug::host::encoder_forward(dev, out.data(), tokens.data(), wte.data(), static_cast<const TestType*>(nullptr), B,
+                                T, C);
+    std::size_t differ = 0;
+    for (std::size_t r = 0; r < tokens.size(); ++r)
+        for (int c = 0; c < C; ++c)
+            differ += snug::test::bits_of(out[r * C + static_cast<std::size_t>(c)]) !=
+                      snug::test::bits_of(wte[static_cast<std::size_t>(tokens[r]) * C + static_cast<std::size_t>(c)]);
+    CHECK(differ == 0);
+
+    const auto dout = random_values<TestType>(out.size(), 44);
+    const auto dwte0 = random_values<float>(wte.size(), 45);
+    std::vector<float> with = dwte0, without = dwte0, dwpe(wpe.size(), 0.0f);
+    snug::host::encoder_backward(dev, with.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    snug::host::encoder_backward(dev, without.data(), static_cast<float*>(nullptr), dout.data(), tokens.data(), B, T,
+                                 C);
+    CHECK(with == without);
+    CHECK(with != dwte0);
+}

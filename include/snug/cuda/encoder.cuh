@@ -26,21 +26,21 @@ namespace detail {
 // T (every kernel template below): float, snug::bfloat16 or snug::half; math in fp32.
 
 // out[r, c] = wte[tokens[r], c] + wpe[r % T, c], summed in fp32 and rounded
-// once; one thread per element, consecutive threads on consecutive channels.
+// once (wpe == nullptr: wte's value, copied); one thread per element,
+// consecutive threads on consecutive channels.
 template <class T>
 __global__ void encoder_forward_kernel(T* out,                      // (B, T, C)
                                        const std::int32_t* tokens,  // (B, T)
                                        const T* wte,                // (Vp, C)
-                                       const T* wpe,                // (maxT, C)
+                                       const T* wpe,                // (maxT, C) or nullptr
                                        std::int64_t n, int T_, int C) {
     const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
     for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
         const std::int64_t row = i / C;
         const int c = static_cast<int>(i - row * C);
         const std::int64_t t = row % T_;
-        const float te = static_cast<float>(wte[std::int64_t{tokens[row]} * C + c]);
-        const float pe = static_cast<float>(wpe[t * C + c]);
-        out[i] = T(te + pe);
+        const T te = wte[std::int64_t{tokens[row]} * C + c];
+        out[i] = wpe == nullptr ? te : T(static_cast<float>(te) + static_cast<float>(wpe[t * C + c]));
     }
 }
 
@@ -200,13 +200,13 @@ inline void check_encoder(const char* op, int B, int T_, int C) {
 }  // namespace detail
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :], summed in fp32 and rounded
-// once (the host kernel's bits). Token ids are not checked on the device: they
+// once (the host kernel's bits); wpe == nullptr: wte's row, copied. Token ids are not checked on the device: they
 // must lie in [0, Vp). Throws ShapeError for a negative size or B * T >= 2^31.
 template <CudaFloat T>
 void encoder_forward(const Device& dev, T* out,   // (B, T, C)
                      const std::int32_t* tokens,  // (B, T)
                      const T* wte,                // (Vp, C)
-                     const T* wpe,                // (maxT, C)
+                     const T* wpe,                // (maxT, C) or nullptr
                      int B, int T_, int C) {
     detail::check_encoder("encoder_forward", B, T_, C);
     const std::int64_t n = std::int64_t{B} * T_ * C;
@@ -215,15 +215,15 @@ void encoder_forward(const Device& dev, T* out,   // (B, T, C)
                                               wpe, n, T_, C);
 }
 
-// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], in
-// fp32. Deterministic, and equal bit for bit to the host kernel: every gradient
+// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :]
+// (dwpe == nullptr: no positions), in fp32. Deterministic, and equal bit for bit to the host kernel: every gradient
 // element receives its contributions one at a time in order of (b, t) (see
 // encoder_backward_wte_kernel for how, and what it costs). Negative token ids
 // are skipped; ids >= Vp are not checked. Throws ShapeError for a negative size
 // or B * T >= 2^31.
 template <CudaFloat T>
 void encoder_backward(const Device& dev, float* dwte,  // (Vp, C) +=
-                      float* dwpe,                     // (maxT, C) +=
+                      float* dwpe,                     // (maxT, C) += or nullptr
                       const T* dout,                   // (B, T, C)
                       const std::int32_t* tokens,      // (B, T)
                       int B, int T_, int C) {
@@ -232,6 +232,7 @@ void encoder_backward(const Device& dev, float* dwte,  // (Vp, C) +=
     if (rows == 0 || C == 0) return;
     launch<detail::encoder_backward_wte_kernel<T>>(detail::encoder_partitions, detail::encoder_threads, 0, dev.stream,
                                                    dwte, dout, tokens, rows, C);
+    if (dwpe == nullptr) return;
     const std::int64_t n = std::int64_t{T_} * C;
     launch<detail::encoder_backward_wpe_kernel<T>>(detail::grid_stride_blocks(n, 256), 256, 0, dev.stream, dwpe, dout, B,
                                                    T_, C);

@@ -29,13 +29,14 @@ inline void check_encoder(const char* op, const std::int32_t* tokens, int B, int
 }  // namespace detail
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :], summed in acc_t<T> and
-// rounded once. Token ids must lie in [0, Vp); a negative one throws
+// rounded once; wpe == nullptr (no learned positions, e.g. a model with
+// rotary embeddings): out = wte's row, copied. Token ids must lie in [0, Vp); a negative one throws
 // snug::Error (the upper bound is the caller's: the table size is not passed).
 template <HostFloat T>
 void encoder_forward(const Device&, T* out,                 // (B, T, C)
                      const std::int32_t* tokens,            // (B, T)
                      const T* wte,                          // (Vp, C)
-                     const T* wpe,                          // (maxT, C)
+                     const T* wpe,                          // (maxT, C) or nullptr
                      int B, int T_, int C) {
     detail::check_encoder("encoder_forward", tokens, B, T_, C);
     const std::int64_t rows = std::int64_t{B} * T_;
@@ -44,18 +45,22 @@ void encoder_forward(const Device&, T* out,                 // (B, T, C)
                         for (std::int64_t r = begin; r < end; ++r) {
                             T* o = out + r * C;
                             const T* te = wte + std::int64_t{tokens[r]} * C;
+                            if (wpe == nullptr) {
+                                std::copy(te, te + C, o);
+                                continue;
+                            }
                             const T* pe = wpe + (r % T_) * C;
                             for (int c = 0; c < C; ++c) o[c] = from_acc<T>(to_acc(te[c]) + to_acc(pe[c]));
                         }
                     });
 }
 
-// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :], in
-// fp32. Deterministic: every gradient element receives its contributions in
+// dwte[tokens[b, t], :] += dout[b, t, :] and dwpe[t, :] += dout[b, t, :]
+// (dwpe == nullptr: no positions), in fp32. Deterministic: every gradient element receives its contributions in
 // the order of (b, t), whatever the thread count (threads own channel slices).
 template <HostFloat T>
 void encoder_backward(const Device&, float* dwte,          // (Vp, C) +=
-                      float* dwpe,                          // (maxT, C) +=
+                      float* dwpe,                          // (maxT, C) += or nullptr
                       const T* dout,                        // (B, T, C)
                       const std::int32_t* tokens,           // (B, T)
                       int B, int T_, int C) {
@@ -67,12 +72,10 @@ void encoder_backward(const Device&, float* dwte,          // (Vp, C) +=
         for (std::int64_t r = 0; r < rows; ++r) {
             const T* d = dout + r * C;
             float* gte = dwte + std::int64_t{tokens[r]} * C;
+            for (std::int64_t c = c0; c < c1; ++c) gte[c] = static_cast<float>(gte[c] + to_acc(d[c]));
+            if (dwpe == nullptr) continue;
             float* gpe = dwpe + (r % T_) * C;
-            for (std::int64_t c = c0; c < c1; ++c) {
-                const acc_t<T> g = to_acc(d[c]);
-                gte[c] = static_cast<float>(gte[c] + g);
-                gpe[c] = static_cast<float>(gpe[c] + g);
-            }
+            for (std::int64_t c = c0; c < c1; ++c) gpe[c] = static_cast<float>(gpe[c] + to_acc(d[c]));
         }
     });
 }
