@@ -1,0 +1,259 @@
+// CausalLM<Family, Act, D>: the whole model around a stack of a user's
+// blocks — token embedding (learned positions optional), the blocks in a
+// LayerStack (so every checkpoint policy applies), a final norm, the output
+// head (tied to the embedding or its own) and the cross-entropy loss — as a
+// TrainableModel that TrainStep drives, the planner meters and the state
+// files name. A user writes the block (or takes LlamaBlock) and a Family:
+//
+//   struct MyFamily {
+//       using BlockShape = ...;                           // what one block needs
+//       template <class Act, snug::DeviceTag D>
+//       using Block = MyBlock<Act, D>;                    // a Layer; ctor (registry, prefix, BlockShape)
+//       template <class Act, snug::DeviceTag D>
+//       using FinalNorm = snug::RMSNorm<Act, D>;          // a norm module, ctor (registry, name, C)
+//       static int channels(const BlockShape&);
+//       static constexpr bool learned_positions = false;  // wpe (maxT, C) added to the embedding
+//       static constexpr bool tied_head = false;          // the head reuses the embedding's table
+//   };
+//
+// Tensors, in this order: embed_tokens.weight (Vp, C) [, embed_positions.weight
+// (maxT, C)], layers.<l>.<the block's>, norm.weight, [lm_head.weight (Vp, C)].
+// The padded rows of the vocabulary start at zero and stay there.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/core/buffer.hpp"
+#include "snug/core/memory_tracker.hpp"
+#include "snug/core/tensor.hpp"
+#include "snug/meter/device.hpp"
+#include "snug/nn/context.hpp"
+#include "snug/nn/layer_stack.hpp"
+#include "snug/nn/module.hpp"
+#include "snug/nn/parameters.hpp"
+#include "snug/ops/kernels.hpp"
+
+namespace snug {
+
+// The sizes of a CausalLM of a family's blocks.
+template <class BlockShape>
+struct CausalLMConfig {
+    int vocab_size = 0;         // V: token ids in [0, V)
+    int padded_vocab_size = 0;  // Vp >= V: the embedding's and the head's rows (a multiple of 64 is fast)
+    int max_seq_len = 0;        // T at most this
+    int n_layer = 0;
+    BlockShape block{};
+};
+
+template <class Family, class Act, DeviceTag D>
+class CausalLM {
+public:
+    using value_type = Act;
+    using device_type = D;
+    using Config = CausalLMConfig<typename Family::BlockShape>;
+    using Block = typename Family::template Block<Act, D>;
+
+    // The same model on another device tag (snug::Meter measures its memory).
+    template <DeviceTag E>
+    using on_device = CausalLM<Family, Act, E>;
+
+    CausalLM(const Config& config, MemoryTracker& tracker)
+        : config_(validated(config)),
+          C_(Family::channels(config.block)),
+          embed_(registry_.add("embed_tokens.weight", Shape{config.padded_vocab_size, C_},
+                               Init::normal(0.02f, std::int64_t{config.vocab_size} * C_), Decay::yes)),
+          positions_(Family::learned_positions
+                         ? registry_.add("embed_positions.weight", Shape{config.max_seq_len, C_}, Init::normal(0.02f),
+                                         Decay::yes)
+                         : -1),
+          blocks_(make_blocks(registry_, config_)),
+          norm_(registry_, "norm", C_),
+          head_(Family::tied_head ? embed_
+                                  : registry_.add("lm_head.weight", Shape{config.padded_vocab_size, C_},
+                                                  Init::normal(0.02f, std::int64_t{config.vocab_size} * C_),
+                                                  Decay::yes)),
+          params_(tracker, MemoryCategory::parameters, static_cast<std::size_t>(registry_.total()), "model parameters"),
+          grads_(tracker, MemoryCategory::gradients, static_cast<std::size_t>(registry_.total()), "model gradients") {
+        const ParameterBinding<Act> b{params_.data(), grads_.data()};
+        for (std::size_t l = 0; l < blocks_.size(); ++l) blocks_[l].bind(b);
+        norm_.bind(b);
+    }
+
+    const Config& config() const { return config_; }
+    const ParameterRegistry& registry() const { return registry_; }
+    std::int64_t num_parameters() const { return registry_.total(); }
+    Act* parameters() { return params_.data(); }
+    float* gradients() { return grads_.data(); }
+    std::vector<ParameterGroup> parameter_groups() const { return registry_.groups(); }
+
+    // The registry's initialisation, in fp32 on the host, deterministic in seed.
+    std::vector<float> initial_weights(std::uint64_t seed) const { return registry_.initial_values(seed); }
+
+    // Sets the working weights from fp32 host values (rounded to Act).
+    void load_weights(const D& dev, const std::vector<float>& host_weights) {
+        if (static_cast<std::int64_t>(host_weights.size()) != num_parameters())
+            throw ShapeError("CausalLM weights: expected " + std::to_string(num_parameters()) + " values, got " +
+                             std::to_string(host_weights.size()));
+        std::vector<Act> rounded(host_weights.size());
+        for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = Act(host_weights[i]);
+        upload(dev, params_.data(), rounded.data(), num_parameters());
+    }
+
+    void zero_grad(const D& dev) { fill_zero(dev, grads_.data(), num_parameters()); }
+
+    int num_blocks() const { return config_.n_layer; }
+    void set_recompute(std::span<const Recompute> modes) { blocks_.set_modes(modes); }
+    std::span<const Recompute> recompute() const { return blocks_.modes(); }
+    static constexpr bool supports_selective() { return SelectiveLayer<Block>; }
+
+    // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
+    // the mean per-token cross-entropy; with dloss != 0 the logits become their
+    // gradient (d objective / d each token's loss = dloss) and backward() must
+    // follow, otherwise release(). Without targets the result is NaN and the
+    // logits (B, T, Vp) stay readable until release().
+    float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
+                  float dloss) {
+        if (pending_ != Pending::none)
+            throw Error("CausalLM::forward: the previous pass was not finished (call backward() or release())");
+        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
+            throw ShapeError("CausalLM::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
+                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
+        if (dloss != 0.0f && targets == nullptr)
+            throw Error("CausalLM::forward: a training pass (dloss != 0) needs targets");
+        B_ = B;
+        T_ = T;
+        const std::int64_t N = std::int64_t{B} * T, Vp = config_.padded_vocab_size;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        mark_ = a.mark();
+        Act* x0 = a.template push<Act>(N * C_, "embedding");
+        encoder_forward(dev, x0, tokens, param(embed_), positions_ >= 0 ? param(positions_) : nullptr, B, T, C_);
+        x_last_ = blocks_.forward(ctx, TensorView<const Act, D>(x0, {B, T, C_})).data();
+        head_mark_ = a.mark();
+        normed_ = a.template push<Act>(N * C_, "final norm");
+        norm_.forward(a, dev, normed_, x_last_, N);
+        logits_ = a.template push<Act>(N * Vp, "logits");
+        linear_forward(dev, logits_, normed_, param(head_), static_cast<const Act*>(nullptr), N, C_,
+                       config_.padded_vocab_size);
+        pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
+        if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+
+        float* losses = a.template push<float>(N, "losses");
+        softmax_cross_entropy(dev, losses, logits_, targets, N, config_.vocab_size, config_.padded_vocab_size, dloss);
+        std::vector<float> host_losses(static_cast<std::size_t>(N));
+        download(dev, host_losses.data(), losses, N);
+        a.pop(losses);
+        double sum = 0.0;
+        for (float l : host_losses) sum += l;
+        return static_cast<float>(sum / static_cast<double>(N));
+    }
+
+    TensorView<Act, D> logits() const {
+        if (pending_ == Pending::none) throw Error("CausalLM::logits: no forward pass is in progress");
+        return {logits_, {B_, T_, config_.padded_vocab_size}};
+    }
+
+    // Adds this pass's parameter gradients into gradients() and frees the
+    // pass's activations.
+    void backward(Context<D>& ctx, const std::int32_t* tokens) {
+        if (pending_ != Pending::backward)
+            throw Error("CausalLM::backward: needs a preceding forward() with targets and dloss != 0");
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const D& dev = ctx.device;
+        auto& tmp = ctx.scratch;
+        const auto scratch_mark = tmp.mark();
+        Act* dres = tmp.template push<Act>(N * C_, "d residual");
+        Act* dother = tmp.template push<Act>(N * C_, "d residual (other)");
+        Act* dnormed = tmp.template push<Act>(N * C_, "d final norm");
+        linear_backward(dev, dnormed, grad(head_), static_cast<float*>(nullptr), logits_, normed_, param(head_), N, C_,
+                        config_.padded_vocab_size);
+        fill_zero(dev, dres, N * C_);
+        norm_.backward(dev, dres, dnormed, x_last_, N);
+        tmp.pop(dnormed);
+        // The head's activations (the logits above all) go before the blocks'
+        // backward, which may recompute.
+        ctx.activations.release_to(head_mark_);
+        dres = blocks_.backward(ctx, dres, dother);
+        encoder_backward(dev, grad(embed_), positions_ >= 0 ? grad(positions_) : nullptr, dres, tokens, B_, T_, C_);
+        tmp.release_to(scratch_mark);
+        ctx.activations.release_to(mark_);
+        pending_ = Pending::none;
+    }
+
+    // Ends a forward pass that is not followed by backward (evaluation, sampling).
+    void release(Context<D>& ctx) {
+        if (pending_ == Pending::none) return;
+        if (pending_ == Pending::backward)
+            throw Error("CausalLM::release: this forward pass was a training pass; call backward()");
+        ctx.activations.release_to(mark_);
+        pending_ = Pending::none;
+    }
+
+    // Mean validation loss of one batch, leaving no trace in the gradients.
+    float evaluate(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
+        const float loss = forward(ctx, tokens, targets, B, T, 0.0f);
+        release(ctx);
+        return loss;
+    }
+
+private:
+    enum class Pending { none, backward, release };
+
+    static Config validated(const Config& c) {
+        auto bad = [](const std::string& what) { throw ConfigError("CausalLM config: " + what); };
+        if (c.vocab_size <= 0) bad("vocab_size " + std::to_string(c.vocab_size) + " must be positive");
+        if (c.padded_vocab_size < c.vocab_size)
+            bad("padded_vocab_size " + std::to_string(c.padded_vocab_size) + " is smaller than vocab_size " +
+                std::to_string(c.vocab_size));
+        if (c.max_seq_len <= 0) bad("max_seq_len " + std::to_string(c.max_seq_len) + " must be positive");
+        if (c.n_layer <= 0) bad("n_layer " + std::to_string(c.n_layer) + " must be positive");
+        const int C = Family::channels(c.block);
+        if (C <= 0) bad("channels " + std::to_string(C) + " must be positive");
+        if constexpr (!std::is_same_v<D, Host> && !std::is_same_v<D, Meter>) {
+            // Every tensor starts at a multiple of C elements; GPU GEMMs need
+            // 16-byte aligned operands.
+            if (C % 8 != 0)
+                bad("channels " + std::to_string(C) + " must be a multiple of 8 on " + std::string(D::name));
+        }
+        return c;
+    }
+
+    static LayerStack<Block> make_blocks(ParameterRegistry& r, const Config& c) {
+        std::vector<Block> blocks;
+        blocks.reserve(static_cast<std::size_t>(c.n_layer));
+        for (int l = 0; l < c.n_layer; ++l) blocks.emplace_back(r, "layers." + std::to_string(l) + ".", c.block);
+        return LayerStack<Block>(std::move(blocks));
+    }
+
+    const Act* param(std::int64_t offset) const { return params_.data() + offset; }
+    float* grad(std::int64_t offset) { return grads_.data() + offset; }
+
+    // Declaration order is construction order: the registry fills up before
+    // the buffers it sizes are allocated.
+    Config config_;
+    int C_;
+    ParameterRegistry registry_;
+    std::int64_t embed_;      // offsets into the buffers
+    std::int64_t positions_;  // -1: no learned positions
+    LayerStack<Block> blocks_;
+    typename Family::template FinalNorm<Act, D> norm_;
+    std::int64_t head_;  // == embed_ when tied
+    Buffer<Act, D> params_;
+    Buffer<float, D> grads_;
+    // The pass in flight.
+    Pending pending_ = Pending::none;
+    int B_ = 0, T_ = 0;
+    typename ActivationArena<D>::Mark mark_{};       // before the embedding
+    typename ActivationArena<D>::Mark head_mark_{};  // before the final norm and the logits
+    Act* x_last_ = nullptr;                          // (B, T, C) the last block's output
+    Act* normed_ = nullptr;                          // (B, T, C)
+    Act* logits_ = nullptr;                          // (B, T, Vp)
+};
+
+}  // namespace snug

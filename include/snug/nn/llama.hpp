@@ -1,0 +1,46 @@
+// Llama<Act, D>: a Llama-style decoder — token embedding without learned
+// positions, LlamaBlocks (RMSNorm, attention with RoPE, SwiGLU MLP), a final
+// RMSNorm and an untied head — as a CausalLM of the LlamaFamily below.
+// make_llama_config fills in what follows from the sizes (the MLP's width,
+// the residual init's depth).
+#pragma once
+
+#include "snug/core/device.hpp"
+#include "snug/nn/causal_lm.hpp"
+#include "snug/nn/llama_block.hpp"
+#include "snug/nn/rmsnorm.hpp"
+
+namespace snug {
+
+struct LlamaFamily {
+    using BlockShape = LlamaBlockShape;
+    template <class Act, DeviceTag D>
+    using Block = LlamaBlock<Act, D>;
+    template <class Act, DeviceTag D>
+    using FinalNorm = RMSNorm<Act, D>;
+    static int channels(const BlockShape& s) { return s.channels; }
+    static constexpr bool learned_positions = false;
+    static constexpr bool tied_head = false;
+};
+
+template <class Act, DeviceTag D>
+using Llama = CausalLM<LlamaFamily, Act, D>;
+using LlamaConfig = CausalLMConfig<LlamaBlockShape>;
+
+// A Llama config: the vocabulary padded to a multiple of 64, the MLP's
+// hidden width Llama's 8C/3 rounded up to a multiple of 64 unless given.
+inline LlamaConfig make_llama_config(int vocab_size, int max_seq_len, int n_layer, int channels, int heads,
+                                     int hidden = 0) {
+    LlamaConfig c;
+    c.vocab_size = vocab_size;
+    c.padded_vocab_size = (vocab_size + 63) / 64 * 64;
+    c.max_seq_len = max_seq_len;
+    c.n_layer = n_layer;
+    c.block.channels = channels;
+    c.block.heads = heads;
+    c.block.hidden = hidden > 0 ? hidden : (8 * channels / 3 + 63) / 64 * 64;
+    c.block.layers = n_layer;
+    return c;
+}
+
+}  // namespace snug

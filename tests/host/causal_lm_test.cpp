@@ -1,0 +1,154 @@
+// CausalLM on the host, as a Llama (nn/llama.hpp): its tensors and their
+// order, config errors, training under TrainStep with falling loss in fp32
+// and bf16, every checkpoint plan giving the plain gradients to the bit with
+// the activation peak the Meter twin predicts, and the whole run's memory
+// plan (predict_training_memory) equal to the tracker's peaks to the byte.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "snug/accumulate/policies.hpp"
+#include "snug/checkpoint/policies.hpp"
+#include "snug/core/buffer.hpp"
+#include "snug/core/rng.hpp"
+#include "snug/nn/activation_peak.hpp"
+#include "snug/nn/llama.hpp"
+#include "snug/precision/policies.hpp"
+#include "snug/train/planner.hpp"
+#include "snug/train/train_step.hpp"
+#include "support/host_run.hpp"
+
+using snug::Host;
+using snug::LlamaConfig;
+using snug::MemoryCategory;
+using snug::Recompute;
+
+namespace {
+
+LlamaConfig tiny() { return snug::make_llama_config(29, 16, 3, 16, 4, 40); }
+
+// A synthetic task: random tokens, target (5 token + 2) mod V.
+struct Task {
+    std::vector<std::int32_t> tokens, targets;
+    Task(int n, int V, std::uint64_t seed) {
+        snug::Generator rng(seed);
+        for (int i = 0; i < n; ++i) {
+            tokens.push_back(static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(V))));
+            targets.push_back((tokens.back() * 5 + 2) % V);
+        }
+    }
+};
+
+}  // namespace
+
+static_assert(snug::TrainableModel<snug::Llama<float, Host>>);
+static_assert(!snug::Llama<float, Host>::supports_selective());
+
+TEST_CASE("A Llama declares embedding, blocks, norm and an untied head, in that order", "[causal_lm]") {
+    snug::test::HostRun run;
+    const LlamaConfig c = tiny();
+    const snug::Llama<float, Host> model(c, run.tracker);
+    const auto tensors = model.registry().tensors();
+    REQUIRE(tensors.size() == 1 + 6 * 3 + 2);
+    CHECK(tensors.front().name == "embed_tokens.weight");
+    CHECK(tensors.front().shape == snug::Shape{64, 16});
+    CHECK(tensors[1].name == "layers.0.input_layernorm.weight");
+    CHECK(tensors[tensors.size() - 2].name == "norm.weight");
+    CHECK(tensors.back().name == "lm_head.weight");
+    // 2 Vp C + L (2C + 4C^2 + 3HC) + C
+    const std::int64_t C = 16, H = 40, Vp = 64;
+    CHECK(model.num_parameters() == 2 * Vp * C + 3 * (2 * C + 4 * C * C + 3 * H * C) + C);
+    CHECK(run.tracker.current(MemoryCategory::parameters) == model.num_parameters() * sizeof(float));
+    // The padded rows of both tables start at zero.
+    const std::vector<float> w = model.initial_weights(1);
+    const auto& head = model.registry().find("lm_head.weight");
+    for (std::int64_t i = 29 * C; i < Vp * C; ++i) REQUIRE(w[static_cast<std::size_t>(head.offset + i)] == 0.0f);
+
+    LlamaConfig bad = c;
+    bad.padded_vocab_size = 20;
+    CHECK_THROWS_WITH((snug::Llama<float, Host>(bad, run.tracker)),
+                      Catch::Contains("padded_vocab_size 20") && Catch::Contains("vocab_size 29"));
+    bad = c;
+    bad.n_layer = 0;
+    CHECK_THROWS_AS((snug::Llama<float, Host>(bad, run.tracker)), snug::ConfigError);
+}
+
+TEST_CASE("Every checkpoint plan gives a Llama the plain gradients, at the predicted activation peak", "[causal_lm]") {
+    snug::test::HostRun run;
+    const LlamaConfig c = tiny();
+    snug::Llama<float, Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, model.initial_weights(3));
+    const int B = 2, T = 12;
+    const Task task(B * T, c.vocab_size, 4);
+    const std::vector<std::vector<Recompute>> plans = {{Recompute::none, Recompute::none, Recompute::none},
+                                                       {Recompute::full, Recompute::full, Recompute::full},
+                                                       {Recompute::full, Recompute::none, Recompute::full}};
+    std::vector<float> plain;
+    std::size_t plain_peak = 0;
+    for (const auto& plan : plans) {
+        model.set_recompute(plan);
+        model.zero_grad(run.ctx.device);
+        run.tracker.reset_peaks();
+        const float loss = model.forward(run.ctx, task.tokens.data(), task.targets.data(), B, T, 1.0f / (B * T));
+        model.backward(run.ctx, task.tokens.data());
+        CHECK(loss == Approx(std::log(29.0)).epsilon(0.05));  // about uniform at the start
+        std::vector<float> grads(model.gradients(), model.gradients() + model.num_parameters());
+        const std::size_t peak = run.tracker.peak(MemoryCategory::activations);
+        CHECK(peak == snug::predict_activation_peak(model, B, T, plan));
+        if (plain.empty()) {
+            plain = grads;
+            plain_peak = peak;
+        } else {
+            CHECK(grads == plain);
+            CHECK(peak < plain_peak);
+        }
+    }
+    std::size_t nonzero = 0;
+    for (float g : plain) nonzero += g != 0.0f;
+    CHECK(nonzero > plain.size() / 2);
+    CHECK(run.activations.live_bytes() == 0);
+}
+
+TEMPLATE_TEST_CASE("A Llama trains under TrainStep: the loss falls, the memory plan is exact", "[causal_lm]",
+                   snug::precision::Fp32, snug::precision::Bf16) {
+    using Act = typename TestType::compute_type;
+    using Model = snug::Llama<Act, Host>;
+    snug::test::HostRun run;
+    const LlamaConfig c = tiny();
+    Model model(c, run.tracker);
+    const std::vector<float> w0 = model.initial_weights(5);
+    model.load_weights(run.ctx.device, w0);
+    const int B = 4, T = 16;
+    snug::TrainStep<Model, TestType, snug::accumulate::Steps, snug::checkpoint::EveryNth<2>> step(
+        model, run.tracker, run.ctx.device, w0, {}, TestType{}, snug::accumulate::Steps(2));
+    // Two micro-batches of ids, in tracked memory as a real run keeps them.
+    const auto n = static_cast<std::size_t>(2 * B * T);
+    snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, n, "token ids");
+    snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, n, "target ids");
+    const snug::MicroBatch mb[] = {{tokens.data(), targets.data()},
+                                   {tokens.data() + B * T, targets.data() + B * T}};
+    std::vector<float> losses;
+    for (int u = 0; u < 60; ++u) {
+        const Task task(2 * B * T, c.vocab_size, 100 + u);
+        std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
+        std::copy(task.targets.begin(), task.targets.end(), targets.data());
+        losses.push_back(step.step(run.ctx, mb, B, T, 3e-3f).loss);
+    }
+    INFO("first loss " << losses.front() << ", last " << losses.back());
+    CHECK(losses.back() < 0.5f * losses.front());
+
+    snug::RunShape shape;
+    shape.micro_batch = B;
+    shape.seq = T;
+    shape.accumulation = 2;
+    shape.recompute.assign(step.recompute_plan().begin(), step.recompute_plan().end());
+    const snug::MemoryPlan plan = snug::predict_training_memory<Model, TestType>(c, shape);
+    for (MemoryCategory cat : snug::all_memory_categories) {
+        INFO(snug::category_name(cat));
+        CHECK(plan[cat] == run.tracker.peak(cat));
+    }
+}
