@@ -28,6 +28,7 @@
 #include "snug/nn/gpt.hpp"
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
+#include "snug/nn/llama.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/optim/grad_norm.hpp"
 #include "snug/precision/loss_scaler.hpp"
