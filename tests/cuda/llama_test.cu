@@ -125,7 +125,7 @@ TEST_CASE("Llama on CUDA trains under TrainStep: the loss falls", "[cuda][llama]
     Model model(c, run.tracker);
     const std::vector<float> w0 = model.initial_weights(7);
     model.load_weights(run.ctx.device, w0);
-    snug::TrainStep<Model, snug::precision::Bf16, snug::accumulate::Steps, snug::checkpoint::Full> step(
+    snug::TrainStep<Model, snug::precision::Bf16, snug::accumulate::None, snug::checkpoint::Full> step(
         model, run.tracker, run.ctx.device, w0);
     const int B = 4, T = 8;
     snug::Buffer<std::int32_t, Cuda> tok(run.tracker, MemoryCategory::workspace, B * T, "tokens");
