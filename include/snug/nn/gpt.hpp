@@ -210,7 +210,8 @@ private:
         std::vector<TransformerBlock<Act, D>> blocks;
         blocks.reserve(static_cast<std::size_t>(c.n_layer));
         for (int l = 0; l < c.n_layer; ++l)
-            blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l));
+            blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l),
+                                c.attention);
         return LayerStack<TransformerBlock<Act, D>>(std::move(blocks));
     }
 
