@@ -8,8 +8,8 @@
 // a tile of flash_tile_q queries, the dK/dV pass a tile of flash_tile_k keys.
 // A task copies its tiles (widened to the compute type) into a per-thread
 // workspace of O(tile x hs) elements and multiplies them on its own thread
-// (fp32: the portable GEMM's packed kernel, one thread per call; double: plain
-// loops); every sum runs in a fixed order, so the results do not depend on the
+// (fp32: OpenBLAS or the portable GEMM's packed kernel, see flash_product;
+// double: plain loops); every sum runs in a fixed order, so the results do not depend on the
 // number of threads. float and the 16-bit types compute in fp32, double in
 // double.
 #pragma once
@@ -33,14 +33,26 @@ namespace detail {
 
 using flash_index = std::int64_t;
 
-// C (M, N) = alpha op(A) op(B) + beta C in fp32 on the calling thread: the
-// portable GEMM's packed kernel (sums of exact products, FMA where the CPU has
-// it), whose cost at 64 x 64 x 64 is a few microseconds, with no thread
-// hand-off; C is not read when beta == 0. M, N, K > 0.
+// C (M, N) = alpha op(A) op(B) + beta C in fp32 on the calling thread (sums
+// of exact products for 16-bit inputs); C is not read when beta == 0.
+// M, N, K > 0. Through OpenBLAS where snug has it and the product is small
+// enough that OpenBLAS keeps it on the calling thread (attention's
+// attention_small_product: up to 64 x 64 x 64, where it is 1.6x faster than
+// the portable kernel, whose packing costs more at this size); through the
+// portable GEMM's packed kernel, on this thread, otherwise.
 inline void flash_product(Op op_a, Op op_b, flash_index M, flash_index N, flash_index K, float alpha,
                           const float* A, flash_index lda,  // (M, K), or (K, M) when op_a == Op::T
                           const float* B, flash_index ldb,  // (K, N), or (N, K) when op_b == Op::T
                           float beta, float* C, flash_index ldc) {  // (M, N)
+#if defined(SNUG_HAVE_CBLAS)
+    if (M * N * K <= attention_small_product) {
+        const auto trans = [](Op op) { return op == Op::N ? CblasNoTrans : CblasTrans; };
+        const auto i = [](flash_index v) { return static_cast<blasint>(v); };
+        cblas_sgemm(CblasRowMajor, trans(op_a), trans(op_b), i(M), i(N), i(K), alpha, A, i(lda), B, i(ldb), beta, C,
+                    i(ldc));
+        return;
+    }
+#endif
     gemm_blocked_isa(gemm_best_isa(), op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_scratch());
 }
 
@@ -84,6 +96,26 @@ void flash_load(A* dst, const T* src, flash_index ld_src, flash_index rows, flas
         } else {
             for (flash_index i = 0; i < cols; ++i) d[i] = s[i];
         }
+    }
+}
+
+// A tile of rows of a tensor, as the compute type A: where it is and its
+// leading dimension.
+template <class A>
+struct FlashTile {
+    const A* data;
+    flash_index ld;
+};
+
+// Rows [0, rows) x columns [0, cols) of src as A: src itself when T is A
+// (float, double: the products read it in place), else widened into buf.
+template <class A, class T>
+FlashTile<A> flash_tile(A* buf, const T* src, flash_index ld_src, flash_index rows, flash_index cols) {  // src: (rows, ld_src)
+    if constexpr (std::is_same_v<A, T>) {
+        return {src, ld_src};
+    } else {
+        flash_load(buf, src, ld_src, rows, cols);
+        return {buf, cols};
     }
 }
 
@@ -156,15 +188,15 @@ void flash_forward_tile(T* out,                     // (B, T, C)
     A* m = p + bq * bk;       // (nq)
     A* l = m + bq;            // (nq)
     const T* head = qkv + sh.q_offset(s);
-    flash_load(q, head + r0 * ld, ld, nq, hs);
+    const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
     std::fill(acc, acc + nq * hs, A(0));
     std::fill(m, m + nq, -std::numeric_limits<A>::infinity());
     std::fill(l, l + nq, A(0));
     for (flash_index k0 = 0; k0 < r1; k0 += bk) {  // key tiles up to the diagonal
         const flash_index nk = std::min(bk, sh.T - k0);
-        flash_load(k, head + k0 * ld + sh.C, ld, nk, hs);
-        flash_load(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
-        flash_product(Op::N, Op::T, nq, nk, hs, scale, q, hs, k, hs, A(0), p, bk);  // s = scale q k^T
+        const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
+        const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+        flash_product(Op::N, Op::T, nq, nk, hs, scale, qt.data, qt.ld, kt.data, kt.ld, A(0), p, bk);  // s = scale q k^T
         for (flash_index i = 0; i < nq; ++i) {
             A* row = p + i * bk;
             const flash_index valid = std::clamp<flash_index>(r0 + i - k0 + 1, 0, nk);  // keys j <= t
@@ -183,7 +215,7 @@ void flash_forward_tile(T* out,                     // (B, T, C)
             for (flash_index j = valid; j < nk; ++j) row[j] = A(0);
             for (flash_index c = 0; c < hs; ++c) a[c] *= rescale;
         }
-        flash_product(Op::N, Op::N, nq, hs, nk, A(1), p, bk, v, hs, A(1), acc, hs);  // acc += round(p) v
+        flash_product(Op::N, Op::N, nq, hs, nk, A(1), p, bk, vt.data, vt.ld, A(1), acc, hs);  // acc += round(p) v
     }
     T* o = out + sh.o_offset(s) + r0 * sh.C;
     ops::flash_stat_t<T>* L = lse + s * sh.T + r0;
@@ -201,12 +233,12 @@ void flash_forward_tile(T* out,                     // (B, T, C)
 // keys after the query), as the contract has them.
 template <class T, class A>
 void flash_scores(A* p, A* ds,  // (nq, bk) each
-                  const A* q, const A* dout, const A* k, const A* v, const ops::flash_stat_t<T>* lse,
+                  FlashTile<A> q, FlashTile<A> dout, FlashTile<A> k, FlashTile<A> v, const ops::flash_stat_t<T>* lse,
                   const ops::flash_stat_t<T>* D, flash_index nq, flash_index nk, flash_index hs, flash_index r0,
                   flash_index k0, A scale) {
     constexpr flash_index bk = ops::flash_tile_k;
-    flash_product(Op::N, Op::T, nq, nk, hs, scale, q, hs, k, hs, A(0), p, bk);    // s = scale q k^T
-    flash_product(Op::N, Op::T, nq, nk, hs, A(1), dout, hs, v, hs, A(0), ds, bk);  // dp = dO v^T
+    flash_product(Op::N, Op::T, nq, nk, hs, scale, q.data, q.ld, k.data, k.ld, A(0), p, bk);    // s = scale q k^T
+    flash_product(Op::N, Op::T, nq, nk, hs, A(1), dout.data, dout.ld, v.data, v.ld, A(0), ds, bk);  // dp = dO v^T
     for (flash_index i = 0; i < nq; ++i) {
         A* prow = p + i * bk;
         A* drow = ds + i * bk;
@@ -254,16 +286,16 @@ void flash_dkv_tile(T* dqkv, const T* dout, const T* qkv, const ops::flash_stat_
     A* p = dO + bq * hs;     // (nq, bk)
     A* ds = p + bq * bk;     // (nq, bk)
     const T* head = qkv + sh.q_offset(s);
-    flash_load(k, head + k0 * ld + sh.C, ld, nk, hs);
-    flash_load(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+    const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
+    const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
     std::fill(dk, dk + 2 * bk * hs, A(0));
     for (flash_index r0 = k0 / bq * bq; r0 < sh.T; r0 += bq) {
         const flash_index nq = std::min(bq, sh.T - r0);
-        flash_load(q, head + r0 * ld, ld, nq, hs);
-        flash_load(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
-        flash_scores<T>(p, ds, q, dO, k, v, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
-        flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, dO, hs, A(1), dv, hs);  // dv += round(p)^T dO
-        flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, q, hs, A(1), dk, hs);  // dk += round(ds)^T q
+        const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
+        const FlashTile<A> ot = flash_tile(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
+        flash_scores<T>(p, ds, qt, ot, kt, vt, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
+        flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, ot.data, ot.ld, A(1), dv, hs);  // dv += round(p)^T dO
+        flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, qt.data, qt.ld, A(1), dk, hs);  // dk += round(ds)^T q
     }
     T* dhead = dqkv + sh.q_offset(s) + k0 * ld;
     flash_store(dhead + sh.C, ld, dk, nk, hs, scale);
@@ -287,15 +319,15 @@ void flash_dq_tile(T* dqkv, const T* dout, const T* qkv, const ops::flash_stat_t
     A* p = v + bk * hs;      // (nq, bk)
     A* ds = p + bq * bk;     // (nq, bk)
     const T* head = qkv + sh.q_offset(s);
-    flash_load(q, head + r0 * ld, ld, nq, hs);
-    flash_load(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
+    const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
+    const FlashTile<A> ot = flash_tile(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
     std::fill(dq, dq + nq * hs, A(0));
     for (flash_index k0 = 0; k0 < r1; k0 += bk) {
         const flash_index nk = std::min(bk, sh.T - k0);
-        flash_load(k, head + k0 * ld + sh.C, ld, nk, hs);
-        flash_load(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
-        flash_scores<T>(p, ds, q, dO, k, v, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
-        flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, k, hs, A(1), dq, hs);  // dq += round(ds) k
+        const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
+        const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+        flash_scores<T>(p, ds, qt, ot, kt, vt, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
+        flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, kt.data, kt.ld, A(1), dq, hs);  // dq += round(ds) k
     }
     flash_store(dqkv + sh.q_offset(s) + r0 * ld, ld, dq, nq, hs, scale);
 }
@@ -308,8 +340,8 @@ template <class Task>
 void flash_for_tiles(flash_index heads, flash_index tiles, bool heavy_last_tiles, unsigned threads, Task&& task) {
     const flash_index n = heads * tiles;
     parallel_for(n, static_cast<unsigned>(std::clamp<flash_index>(n, 1, threads)), [&](flash_index i) {
-        const flash_index order = i / heads;
-        task(i % heads, heavy_last_tiles ? tiles - 1 - order : order);
+        const flash_index order = i % tiles;
+        task(i / tiles, heavy_last_tiles ? tiles - 1 - order : order);
     });
 }
 
