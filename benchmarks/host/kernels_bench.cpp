@@ -141,7 +141,8 @@ void attention_backward(benchmark::State& state) {
 // ---- Flash attention beside the materialised one, at GPT-2 small's heads ----
 // (B, T 1024, C 768, NH 12: hs 64). Causal FLOPs of the forward's two
 // products, 4 B NH T^2 hs / 2; the backward counts 2.5 times that (five
-// products' worth; flash computes seven, its dQ pass recomputing s and p).
+// products' worth; the host flash computes five too, s and p once per tile
+// pair, the CUDA kernels seven, their dQ pass recomputing s and p).
 // "kept" is the activation memory the forward leaves for the backward besides
 // qkv: out and the probabilities (B, NH, T, T) for the materialised kernel,
 // out and the fp32 log-sum-exp (B, NH, T) for flash.

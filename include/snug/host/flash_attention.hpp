@@ -1,17 +1,20 @@
 // The host flash attention: causal multi-head self-attention on the fused qkv
 // (B, T, 3C) that never holds the T x T matrix, following
 // snug/ops/flash_attention.hpp to the letter (tiles, online softmax, the
-// points where values are rounded to the activation type, the two-pass
-// deterministic backward), so that it is the CUDA kernels' oracle.
+// points where values are rounded to the activation type, the order of every
+// sum of the deterministic backward), so that it is the CUDA kernels' oracle.
 //
-// Each task owns one tile of output rows of one head: forward and the dQ pass
-// a tile of flash_tile_q queries, the dK/dV pass a tile of flash_tile_k keys.
-// A task copies its tiles (widened to the compute type) into a per-thread
-// workspace of O(tile x hs) elements and multiplies them on its own thread
-// (fp32: OpenBLAS or the portable GEMM's packed kernel, see flash_product;
-// double: plain loops); every sum runs in a fixed order, so the results do not depend on the
-// number of threads. float and the 16-bit types compute in fp32, double in
-// double.
+// A forward task owns one tile of flash_tile_q queries of one head and copies
+// its tiles (widened to the compute type) into a per-thread workspace of
+// O(tile x hs) elements. A backward task owns one whole head and does it in
+// one pass over its (key tile, query tile) pairs, s and p computed once per
+// pair, with a per-thread workspace of O(T x hs) elements (the head's q, dO
+// and an fp32 dQ accumulator): dQ sums over key tiles in the same order as the
+// CUDA kernels' second pass, so the results are the same. Tasks multiply on
+// their own thread (fp32: OpenBLAS or the portable GEMM's packed kernel, see
+// flash_product; double: plain loops); every sum runs in a fixed order, so
+// the results do not depend on the number of threads. float and the 16-bit
+// types compute in fp32, double in double.
 #pragma once
 
 #include <algorithm>
@@ -268,68 +271,57 @@ void flash_d_tile(ops::flash_stat_t<T>* D, const T* dout, const T* out, const Fl
     }
 }
 
-// The dK/dV pass for the key tile [k0, k0 + nk) of head s: every query tile
-// from the diagonal on, in order.
+// The backward for head s, on the calling thread, in one pass: D for every
+// row, then for each key tile j in order, for each query tile i from the
+// diagonal on in order, s and p recomputed once (flash_scores) and the
+// three second products
+//   dv_j += round(p)^T dO_i,  dk_j += round(ds)^T q_i,  dq_i += round(ds) k_j
+// (five products per tile pair, where a second dQ pass would need seven). Each
+// dk_j, dv_j sums over query tiles in order, each dq_i over key tiles in order
+// (into an fp32 accumulator of the whole head), as the contract has them. The
+// head's q and dO are widened once into the workspace (O(T x hs), beside the
+// accumulator: the products read them in place), k_j and v_j once per key tile.
 template <class T, class A>
-void flash_dkv_tile(T* dqkv, const T* dout, const T* qkv, const ops::flash_stat_t<T>* lse,
-                    const ops::flash_stat_t<T>* D, const FlashShape& sh, flash_index s, flash_index k0) {
+void flash_backward_head(T* dqkv, ops::flash_stat_t<T>* D, const T* dout, const T* qkv, const T* out,
+                         const ops::flash_stat_t<T>* lse, const FlashShape& sh, flash_index s) {
     constexpr flash_index bq = ops::flash_tile_q, bk = ops::flash_tile_k;
-    const flash_index hs = sh.hs, ld = sh.ld();
-    const flash_index nk = std::min(bk, sh.T - k0);
+    const flash_index hs = sh.hs, ld = sh.ld(), n = sh.T;
+    for (flash_index r0 = 0; r0 < n; r0 += bq) flash_d_tile<T, A>(D, dout, out, sh, s, r0);  // before the workspace below
     const A scale = A(1) / std::sqrt(A(hs));
-    A* k = flash_workspace<A>(4 * bk * hs + 2 * bq * hs + 2 * bq * bk);
+    A* q = flash_workspace<A>(3 * n * hs + 4 * bk * hs + 2 * bq * bk);
+    A* dO = q + n * hs;      // (T, hs)
+    A* dq = dO + n * hs;     // (T, hs), unscaled
+    A* k = dq + n * hs;      // (nk, hs)
     A* v = k + bk * hs;      // (nk, hs)
     A* dk = v + bk * hs;     // (nk, hs), unscaled
     A* dv = dk + bk * hs;    // (nk, hs)
-    A* q = dv + bk * hs;     // (nq, hs)
-    A* dO = q + bq * hs;     // (nq, hs)
-    A* p = dO + bq * hs;     // (nq, bk)
+    A* p = dv + bk * hs;     // (nq, bk)
     A* ds = p + bq * bk;     // (nq, bk)
     const T* head = qkv + sh.q_offset(s);
-    const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
-    const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
-    std::fill(dk, dk + 2 * bk * hs, A(0));
-    for (flash_index r0 = k0 / bq * bq; r0 < sh.T; r0 += bq) {
-        const flash_index nq = std::min(bq, sh.T - r0);
-        const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
-        const FlashTile<A> ot = flash_tile(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
-        flash_scores<T>(p, ds, qt, ot, kt, vt, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
-        flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, ot.data, ot.ld, A(1), dv, hs);  // dv += round(p)^T dO
-        flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, qt.data, qt.ld, A(1), dk, hs);  // dk += round(ds)^T q
+    flash_load(q, head, ld, n, hs);
+    flash_load(dO, dout + sh.o_offset(s), sh.C, n, hs);
+    std::fill(dq, dq + n * hs, A(0));
+    const ops::flash_stat_t<T>* L = lse + s * n;
+    const ops::flash_stat_t<T>* Dh = D + s * n;
+    for (flash_index k0 = 0; k0 < n; k0 += bk) {
+        const flash_index nk = std::min(bk, n - k0);
+        flash_load(k, head + k0 * ld + sh.C, ld, nk, hs);
+        flash_load(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+        std::fill(dk, dk + 2 * bk * hs, A(0));
+        for (flash_index r0 = k0 / bq * bq; r0 < n; r0 += bq) {
+            const flash_index nq = std::min(bq, n - r0);
+            const A* qi = q + r0 * hs;
+            const A* oi = dO + r0 * hs;
+            flash_scores<T>(p, ds, {qi, hs}, {oi, hs}, {k, hs}, {v, hs}, L + r0, Dh + r0, nq, nk, hs, r0, k0, scale);
+            flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, oi, hs, A(1), dv, hs);            // dv += round(p)^T dO
+            flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, qi, hs, A(1), dk, hs);           // dk += round(ds)^T q
+            flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, k, hs, A(1), dq + r0 * hs, hs);  // dq += round(ds) k
+        }
+        T* dhead = dqkv + sh.q_offset(s) + k0 * ld;
+        flash_store(dhead + sh.C, ld, dk, nk, hs, scale);
+        flash_store(dhead + 2 * sh.C, ld, dv, nk, hs, A(1));
     }
-    T* dhead = dqkv + sh.q_offset(s) + k0 * ld;
-    flash_store(dhead + sh.C, ld, dk, nk, hs, scale);
-    flash_store(dhead + 2 * sh.C, ld, dv, nk, hs, A(1));
-}
-
-// The dQ pass for the query tile [r0, r0 + nq) of head s: every key tile up to
-// the diagonal, in order.
-template <class T, class A>
-void flash_dq_tile(T* dqkv, const T* dout, const T* qkv, const ops::flash_stat_t<T>* lse,
-                   const ops::flash_stat_t<T>* D, const FlashShape& sh, flash_index s, flash_index r0) {
-    constexpr flash_index bq = ops::flash_tile_q, bk = ops::flash_tile_k;
-    const flash_index hs = sh.hs, ld = sh.ld();
-    const flash_index nq = std::min(bq, sh.T - r0), r1 = r0 + nq;
-    const A scale = A(1) / std::sqrt(A(hs));
-    A* q = flash_workspace<A>(3 * bq * hs + 2 * bk * hs + 2 * bq * bk);
-    A* dO = q + bq * hs;     // (nq, hs)
-    A* dq = dO + bq * hs;    // (nq, hs), unscaled
-    A* k = dq + bq * hs;     // (nk, hs)
-    A* v = k + bk * hs;      // (nk, hs)
-    A* p = v + bk * hs;      // (nq, bk)
-    A* ds = p + bq * bk;     // (nq, bk)
-    const T* head = qkv + sh.q_offset(s);
-    const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
-    const FlashTile<A> ot = flash_tile(dO, dout + sh.o_offset(s) + r0 * sh.C, sh.C, nq, hs);
-    std::fill(dq, dq + nq * hs, A(0));
-    for (flash_index k0 = 0; k0 < r1; k0 += bk) {
-        const flash_index nk = std::min(bk, sh.T - k0);
-        const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
-        const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
-        flash_scores<T>(p, ds, qt, ot, kt, vt, lse + s * sh.T + r0, D + s * sh.T + r0, nq, nk, hs, r0, k0, scale);
-        flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, kt.data, kt.ld, A(1), dq, hs);  // dq += round(ds) k
-    }
-    flash_store(dqkv + sh.q_offset(s) + r0 * ld, ld, dq, nq, hs, scale);
+    flash_store(dqkv + sh.q_offset(s), ld, dq, n, hs, scale);
 }
 
 // Runs task(s, tile) for every head s and every tile in [0, tiles) on up to
@@ -356,20 +348,16 @@ void flash_attention_forward_run(T* out, ops::flash_stat_t<T>* lse, const T* qkv
     });
 }
 
+// The backward runs one task per head (sequence, head): with fewer heads than
+// threads (B NH < threads) some threads idle; that is accepted, so that no
+// sum is split between threads.
 template <HostFloat T>
 void flash_attention_backward_run(T* dqkv, ops::flash_stat_t<T>* D, const T* dout, const T* qkv, const T* out,
                                   const ops::flash_stat_t<T>* lse, const FlashShape& sh, unsigned threads) {
     using A = acc_t<T>;
-    const flash_index q_tiles = flash_tiles(sh.T, ops::flash_tile_q);
-    const flash_index k_tiles = flash_tiles(sh.T, ops::flash_tile_k);
-    flash_for_tiles(sh.heads(), q_tiles, false, threads, [&](flash_index s, flash_index qt) {
-        flash_d_tile<T, A>(D, dout, out, sh, s, qt * ops::flash_tile_q);
-    });
-    flash_for_tiles(sh.heads(), k_tiles, false, threads, [&](flash_index s, flash_index kt) {
-        flash_dkv_tile<T, A>(dqkv, dout, qkv, lse, D, sh, s, kt * ops::flash_tile_k);
-    });
-    flash_for_tiles(sh.heads(), q_tiles, true, threads, [&](flash_index s, flash_index qt) {
-        flash_dq_tile<T, A>(dqkv, dout, qkv, lse, D, sh, s, qt * ops::flash_tile_q);
+    const flash_index heads = sh.heads();
+    parallel_for(heads, static_cast<unsigned>(std::clamp<flash_index>(heads, 1, threads)), [&](flash_index s) {
+        flash_backward_head<T, A>(dqkv, D, dout, qkv, out, lse, sh, s);
     });
 }
 

@@ -21,8 +21,10 @@
 // and double): the 16-bit inputs of the second products, as a tensor-core
 // kernel feeds them. Each dK/dV sum runs over query tiles in order, each dQ
 // sum over key tiles in order, one owner per output row: no atomics, so the
-// backward is deterministic (dQ is a second pass that recomputes s and p,
-// about 7 products where an atomic dQ would need 5).
+// backward is deterministic. The CUDA kernels compute dQ in a second pass
+// that recomputes s and p (about 7 products where an atomic dQ would need 5);
+// the host does one pass per head, key tiles outside, with a per-head fp32 dQ
+// accumulator (5 products): both sum in the order above, so they agree.
 //
 // The forward keeps only `out` and one fp32 log-sum-exp per row (B, NH, T);
 // the backward needs them, dout, qkv and a (B, NH, T) fp32 scratch for D.
