@@ -245,7 +245,30 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
         ms = median_ms([&](int) {
             snug::cuda::attention_backward(dev, dqkv.p, scratch.p, dout.p, qkv.p, att.p, B, T, C, NH);
         }, 1);
-        record({"attention_backward", dt, shape, ms, 2.0 * fwd / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+        record({"attention_backward", dt, shape, ms, 2.5 * fwd / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+    }
+    {  // Flash attention at the same shape (B NH = 192, hs 64): the same FLOP
+       // convention (forward 4 B NH T^2 hs / 2, backward 2.5x), and what the
+       // forward keeps for the backward beside the materialised kernel's.
+        const std::int64_t qkv_n = N * 3 * C, stat_n = snug::ops::flash_stat_elems(B, T, NH);
+        DeviceArray<Tp> qkv(qkv_n), out(N * C), dout(N * C), dqkv(qkv_n);
+        DeviceArray<float> lse(stat_n), rows(stat_n);
+        fill(qkv.p, qkv_n, 10);
+        fill(dout.p, N * C, 11);
+        const double fwd = 2.0 * double(B) * double(T) * double(T) * double(C);
+        const std::string shape = "B 16 T 1024 C 768 NH 12";
+        double ms =
+            median_ms([&](int) { snug::cuda::flash_attention_forward(dev, out.p, lse.p, qkv.p, B, T, C, NH); }, 1);
+        record({"flash_attention_forward", dt, shape, ms, fwd / (ms * 1e-3) * 1e-12, "TFLOP/s", ceil.gemm(dt)});
+        ms = median_ms([&](int) {
+            snug::cuda::flash_attention_backward(dev, dqkv.p, rows.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH);
+        }, 1);
+        record({"flash_attention_backward", dt, shape, ms, 2.5 * fwd / (ms * 1e-3) * 1e-12, "TFLOP/s",
+                ceil.gemm(dt)});
+        const double kept_flash = double(N * C) * sizeof(Tp) + double(stat_n) * sizeof(float);
+        const double kept_materialized = double(N * C + std::int64_t{B} * NH * T * T) * sizeof(Tp);
+        std::printf("attention activations kept per layer at %s, %s: flash %.1f MiB, materialised %.1f MiB\n",
+                    shape.c_str(), dt, kept_flash / 1048576.0, kept_materialized / 1048576.0);
     }
     {  // Fused softmax cross-entropy over the logits, in place into dlogits
         DeviceArray<Tp> logits(N * Vp);

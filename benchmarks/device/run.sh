@@ -174,6 +174,8 @@ if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; 
     timeout 100 python3 benchmarks/torch/side_by_side.py --modes compile --rungs bf16 --csv "$out/torch_compile.csv" \
         --json "$out/torch_compile.json" 2>&1 | tee "$out/torch_compile.txt"
     log "side_by_side compile (bf16) rc ${PIPESTATUS[0]}"
+    timeout 60 python3 benchmarks/torch/side_by_side.py --attention 16,12,1024,64 2>&1 | tee "$out/torch_attention.txt"
+    log "side_by_side attention (SDPA, beside kernels.txt's flash_attention rows) rc ${PIPESTATUS[0]}"
 else
     summary+=("pytorch side by side: not run (no python3 with CUDA torch)")
 fi

@@ -1,5 +1,5 @@
-// Host kernel throughput at transformer shapes: LayerNorm, GELU, attention,
-// softmax cross-entropy, AdamW and the loss scaler's unscale-and-check, fp32
+// Host kernel throughput at transformer shapes: LayerNorm, GELU, attention
+// (materialised and flash), softmax cross-entropy, AdamW and the loss scaler's unscale-and-check, fp32
 // and bf16. Memory-bound kernels report GB/s (the fewest bytes the kernel must
 // move: each input read once, each output written once); attention reports
 // GFLOP/s of its matrix products (causal: half of the dense count).
@@ -138,6 +138,69 @@ void attention_backward(benchmark::State& state) {
         benchmark::Counter(2.0 * attention_flops(B, Tn, C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ---- Flash attention beside the materialised one, at GPT-2 small's heads ----
+// (B, T 1024, C 768, NH 12: hs 64). Causal FLOPs of the forward's two
+// products, 4 B NH T^2 hs / 2; the backward counts 2.5 times that (five
+// products' worth; flash computes seven, its dQ pass recomputing s and p).
+// "kept" is the activation memory the forward leaves for the backward besides
+// qkv: out and the probabilities (B, NH, T, T) for the materialised kernel,
+// out and the fp32 log-sum-exp (B, NH, T) for flash.
+double causal_forward_flops(std::int64_t B, std::int64_t T, std::int64_t C) {
+    return 4.0 * double(B) * double(T) * double(T) * double(C) / 2.0;
+}
+
+void attention_counters(benchmark::State& state, double flops, double kept_bytes) {
+    state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["kept_MiB"] = kept_bytes / double(1 << 20);
+}
+
+// The materialised attention, forward, or forward then backward.
+template <class T, bool backward>
+void materialised_attention(benchmark::State& state) {
+    const int B = static_cast<int>(state.range(0)), Tn = static_cast<int>(state.range(1)),
+              C = static_cast<int>(state.range(2)), NH = static_cast<int>(state.range(3));
+    const auto qkv = random_values<T>(std::int64_t{B} * Tn * 3 * C, 1);
+    const auto dout = random_values<T>(std::int64_t{B} * Tn * C, 2);
+    std::vector<T> out(dout.size()), att(static_cast<std::size_t>(B) * NH * Tn * Tn), dqkv(qkv.size());
+    std::vector<T> scratch(backward ? att.size() : 0);
+    for (auto _ : state) {
+        snug::host::attention_forward(dev, out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+        if constexpr (backward) {
+            snug::host::attention_backward(dev, dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
+                                           Tn, C, NH);
+        }
+        benchmark::DoNotOptimize(out.data());
+        benchmark::DoNotOptimize(dqkv.data());
+        benchmark::ClobberMemory();
+    }
+    attention_counters(state, (backward ? 3.5 : 1.0) * causal_forward_flops(B, Tn, C),
+                       double(sizeof(T)) * double(out.size() + att.size()));
+}
+
+// Flash attention, forward, or forward then backward.
+template <class T, bool backward>
+void flash_attention(benchmark::State& state) {
+    const int B = static_cast<int>(state.range(0)), Tn = static_cast<int>(state.range(1)),
+              C = static_cast<int>(state.range(2)), NH = static_cast<int>(state.range(3));
+    using Stat = snug::ops::flash_stat_t<T>;
+    const auto qkv = random_values<T>(std::int64_t{B} * Tn * 3 * C, 1);
+    const auto dout = random_values<T>(std::int64_t{B} * Tn * C, 2);
+    std::vector<T> out(dout.size()), dqkv(qkv.size());
+    std::vector<Stat> lse(static_cast<std::size_t>(snug::ops::flash_stat_elems(B, Tn, NH))), D(lse.size());
+    for (auto _ : state) {
+        snug::host::flash_attention_forward(dev, out.data(), lse.data(), qkv.data(), B, Tn, C, NH);
+        if constexpr (backward) {
+            snug::host::flash_attention_backward(dev, dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(),
+                                                 lse.data(), B, Tn, C, NH);
+        }
+        benchmark::DoNotOptimize(out.data());
+        benchmark::DoNotOptimize(dqkv.data());
+        benchmark::ClobberMemory();
+    }
+    attention_counters(state, (backward ? 3.5 : 1.0) * causal_forward_flops(B, Tn, C),
+                       double(sizeof(T)) * double(out.size()) + double(sizeof(Stat)) * double(lse.size()));
+}
+
 // ---- Softmax cross-entropy: logits (N, Vp), in place into dlogits ----
 // Each call overwrites the logits with their gradient, and the next call
 // starts from those: still finite rows of mixed sign, which is all the
@@ -207,6 +270,7 @@ void unscale_and_check(benchmark::State& state) {
 void rows(benchmark::internal::Benchmark* b) { b->Args({2048, 128})->Args({1024, 768}); }
 void elements(benchmark::internal::Benchmark* b) { b->Arg(2048 * 512)->Arg(1024 * 3072); }
 void heads(benchmark::internal::Benchmark* b) { b->Args({16, 128, 128, 4})->Args({4, 256, 768, 12}); }
+void gpt2_heads(benchmark::internal::Benchmark* b) { b->Args({2, 1024, 768, 12}); }
 void vocabularies(benchmark::internal::Benchmark* b) { b->Args({2048, 256, 256})->Args({256, 50257, 50304}); }
 // The host model's parameter count (about 0.83 M) and 16 M (far past the caches).
 void parameters(benchmark::internal::Benchmark* b) { b->Arg(830'000)->Arg(16'000'000); }
@@ -226,6 +290,14 @@ BENCHMARK_TEMPLATE(attention_forward, float)->Apply(heads)->UseRealTime()->Unit(
 BENCHMARK_TEMPLATE(attention_forward, snug::bfloat16)->Apply(heads)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(attention_backward, float)->Apply(heads)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(attention_backward, snug::bfloat16)->Apply(heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(materialised_attention, float, false)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_attention, float, false)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(materialised_attention, float, true)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_attention, float, true)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(materialised_attention, snug::bfloat16, false)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_attention, snug::bfloat16, false)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(materialised_attention, snug::bfloat16, true)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(flash_attention, snug::bfloat16, true)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(softmax_cross_entropy, float)->Apply(vocabularies)->UseRealTime();
 BENCHMARK_TEMPLATE(softmax_cross_entropy, snug::bfloat16)->Apply(vocabularies)->UseRealTime();
 BENCHMARK_TEMPLATE(adamw_update, float)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);

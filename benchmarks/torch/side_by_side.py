@@ -573,6 +573,41 @@ def run_checks():
 
 # ---------------------------------------------------------------------------
 
+def attention_bench(args, device):
+    """Causal attention alone, as snug's kernel benchmark measures it: PyTorch's
+    F.scaled_dot_product_attention forward and forward+backward at (B, NH, T,
+    hs), in TFLOP/s with snug's convention (forward 4 B NH T^2 hs / 2, the
+    backward 2.5x that), median of --steps timed calls after --warmup."""
+    if not HAVE_SDPA:
+        print("attention: F.scaled_dot_product_attention needs torch >= 2.0 (this is %s)" % torch.__version__)
+        return 0
+    B, NH, T, hs = (int(x) for x in args.attention.split(","))
+    fwd_flops = 4.0 * B * NH * T * T * hs / 2
+    dtypes = [torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        q, k, v = (torch.randn(B, NH, T, hs, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        dout = torch.randn(B, NH, T, hs, device=device, dtype=dtype)
+
+        def timed(fn):
+            times = []
+            for i in range(args.warmup + args.steps):
+                sync(device)
+                t0 = time.perf_counter()
+                fn()
+                sync(device)
+                if i >= args.warmup:
+                    times.append(time.perf_counter() - t0)
+            return sorted(times)[len(times) // 2]
+
+        with torch.no_grad():
+            t_fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        t_all = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout))
+        print("sdpa %s B %d NH %d T %d hs %d: forward %.3f ms %.1f TFLOP/s; forward+backward %.3f ms %.1f TFLOP/s"
+              % (str(dtype).replace("torch.", ""), B, NH, T, hs, t_fwd * 1e3, fwd_flops / t_fwd * 1e-12,
+                 t_all * 1e3, 3.5 * fwd_flops / t_all * 1e-12))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -595,6 +630,9 @@ def main():
                    help="cap PyTorch's allocator at 12 GiB for the 350M rung (an OOM is then the result)")
     p.add_argument("--csv", default=None, help="write step_bench's CSV columns (+ framework, mode) here")
     p.add_argument("--json", default=None, help="write the rows and the environment as JSON here")
+    p.add_argument("--attention", default=None, metavar="B,NH,T,HS",
+                   help="benchmark F.scaled_dot_product_attention alone at this shape (snug's kernel benchmark "
+                        "uses 16,12,1024,64) and exit")
     p.add_argument("--check", action="store_true",
                    help="check the model against snug's parameter-count formula and ln(V) at init; exit 1 on failure")
     args = p.parse_args()
@@ -605,6 +643,10 @@ def main():
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("side_by_side.py: --device cuda but torch.cuda.is_available() is False")
+    if args.attention:
+        args.warmup = args.warmup if args.warmup is not None else 3
+        args.steps = args.steps if args.steps is not None else 10
+        return attention_bench(args, device)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
         if m not in ("eager", "compile"):
@@ -650,7 +692,7 @@ def main():
         print("device: %s; MFU unknown (no bf16 peak on the CPU); memory columns n/a" % name)
     print("framework: PyTorch %s, Python %s; attention: %s" % (
         torch.__version__, platform.python_version(),
-        "F.scaled_dot_product_attention (flash attention on the GPU; snug has none)" if HAVE_SDPA
+        "F.scaled_dot_product_attention (flash attention on the GPU, as snug's default)" if HAVE_SDPA
         else "plain causal softmax(QK^T)V (no F.scaled_dot_product_attention before torch 2.0)"))
     print("models: %s = L %d NH %d C %d V %d (Vp %d), %d parameters; %s = L %d NH %d C %d, %d parameters; "
           "T %d, micro-batch %d; %d warm-up + %d timed updates"

@@ -116,11 +116,7 @@ public:
     }
 
     void load_weights(const D& dev, const std::vector<float>& host) {
-        if (static_cast<std::int64_t>(host.size()) != layout_.total)
-            throw snug::ShapeError("TinyLM: " + std::to_string(host.size()) + " weights for " +
-                                   std::to_string(layout_.total) + " parameters");
-        std::vector<Act> rounded(host.begin(), host.end());
-        upload(dev, params_.data(), rounded.data(), layout_.total);
+        snug::upload_weights(dev, params_.data(), layout_.total, host, "TinyLM");
     }
 
     // ---- what snug::TrainableModel asks for ----

@@ -67,6 +67,7 @@ int run(int argc, char** argv) {
     snug::TrainOptions o;
     // What the command line says as text; parsed into o once CLI11 is done.
     std::string precision = "fp32", checkpoint = "none", vram_budget = "12GiB", device_name = "auto";
+    std::string attention = "flash";
     std::string tokenizer_path;
     std::int64_t batch_tokens = 0;
     bool eval_only = false, plan = false;
@@ -94,6 +95,9 @@ int run(int argc, char** argv) {
         ->excludes(accum_opt)
         ->check(CLI::PositiveNumber);
     app.add_option("--checkpoint", checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
+    app.add_option("--attention", attention,
+                   "flash (keeps one log-sum-exp per row) or materialized (keeps the B NH T T probabilities)")
+        ->check(CLI::IsMember({"flash", "materialized"}));
     app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
     app.add_option("--warmup", o.warmup, "linear warmup updates")->check(CLI::NonNegativeNumber);
     app.add_option("--min-lr-frac", o.min_lr_frac, "cosine decay floor as a fraction of --lr")->check(CLI::Range(0.0, 1.0));
@@ -145,6 +149,7 @@ int run(int argc, char** argv) {
 
     o.run.precision = snug::parse_precision_kind(precision);
     o.run.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--checkpoint");
+    o.attention = snug::parse_attention_kind(attention, "--attention");
     o.budget_bytes = vram_budget == "none" ? std::nullopt : std::optional(snug::parse_bytes(vram_budget));
     if (batch_tokens > 0) {
         const std::int64_t bt = std::int64_t{o.run.micro_batch} * o.run.seq;

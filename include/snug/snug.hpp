@@ -29,6 +29,7 @@
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/llama.hpp"
+#include "snug/nn/upload_weights.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/optim/grad_norm.hpp"
 #include "snug/precision/loss_scaler.hpp"

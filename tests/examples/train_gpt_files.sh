@@ -5,7 +5,8 @@
 #      (with full recomputation: the policy may change on resume) give the
 #      same final weights (llm.c model files compared with cmp) and the same
 #      training losses for updates 4-8;
-#   2. a resume with a different micro-batch is refused, naming the option;
+#   2. a resume with a different micro-batch is refused, naming the option,
+#      and one with the other attention kind is accepted;
 #   3. Ctrl-C (SIGINT) saves the state and exits 130, and the state resumes;
 #   4. a trained model saved as an llm.c file (and exported as Hugging Face
 #      safetensors) and read back with --init-from --eval-only gives the
@@ -44,6 +45,13 @@ rc=$?
 [ $rc = 2 ] || fail "a resume with another --batch exited $rc, not 2"
 grep -q "batch was 4 in the saved run but is 2 now" "$dir/mismatch.log" || fail "the mismatch message does not name --batch: $(cat "$dir/mismatch.log")"
 echo "ok: a resume with another micro-batch is refused with exit 2"
+
+# The attention kind may change on resume (the same weights, the same result within rounding).
+"$exe" $tiny --steps 9 --eval-every 9 --precision fp32 --accum 2 --checkpoint selective --attention materialized \
+    --resume "$dir/resumed-fp32/state.snug" --out "$dir/other-attention" >"$dir/other-attention.log" 2>&1 ||
+    fail "a resume with --attention materialized failed: $(tail -3 "$dir/other-attention.log")"
+grep -q "materialized attention" "$dir/other-attention.log" || fail "the resumed run does not say materialized attention"
+echo "ok: a flash-attention state resumes under materialized attention"
 
 # 3: Ctrl-C. The signal goes once training has started ("step 0:" is printed
 # after the handler is installed): a background job of a non-interactive

@@ -22,8 +22,9 @@ using snug::Recompute;
 
 namespace {
 
-GPTConfig config() {
+GPTConfig config(snug::AttentionKind attention = snug::AttentionKind::flash) {
     GPTConfig c;
+    c.attention = attention;
     c.vocab_size = 50;
     c.padded_vocab_size = 56;
     c.max_seq_len = 16;
@@ -38,8 +39,9 @@ struct Pass {
     std::size_t activation_peak;
 };
 
-Pass run_pass(const std::vector<Recompute>& modes, int B, int T) {
-    const GPTConfig c = config();
+Pass run_pass(const std::vector<Recompute>& modes, int B, int T,
+              snug::AttentionKind attention = snug::AttentionKind::flash) {
+    const GPTConfig c = config(attention);
     snug::test::HostRun run;
     snug::GPT<float, snug::Host> model(c, run.tracker);
     model.load_weights(run.ctx.device, snug::gpt_initial_weights(c, 5));
@@ -65,7 +67,9 @@ std::vector<Recompute> plan_of(const auto& policy) {
 
 TEST_CASE("every checkpoint policy gives the plain run's gradients, bit for bit") {
     const int B = 3, T = 13;
-    const Pass plain = run_pass(plan_of(snug::checkpoint::None{}), B, T);
+    const auto attention = GENERATE(snug::AttentionKind::flash, snug::AttentionKind::materialized);
+    INFO(snug::attention_kind_name(attention) << " attention");
+    const Pass plain = run_pass(plan_of(snug::checkpoint::None{}), B, T, attention);
     const std::vector<std::vector<Recompute>> plans = {
         plan_of(snug::checkpoint::Full{}),
         plan_of(snug::checkpoint::EveryNth<2>{}),
@@ -74,7 +78,7 @@ TEST_CASE("every checkpoint policy gives the plain run's gradients, bit for bit"
         {Recompute::full, Recompute::selective, Recompute::none, Recompute::selective},
     };
     for (const auto& plan : plans) {
-        const Pass p = run_pass(plan, B, T);
+        const Pass p = run_pass(plan, B, T, attention);
         CHECK(p.grads == plain.grads);
         CHECK(p.activation_peak < plain.activation_peak);
     }
@@ -92,9 +96,9 @@ TEST_CASE("full checkpointing saves what a hand count says, to the byte") {
     const int B = 2, T = 11;
     const GPTConfig c = config();
     const std::size_t A = 4, N = B * T, x = A * N * 16, L = 4;
-    const std::size_t att = std::size_t{B} * 2 * T * T;
-    // One block keeps 15 (N, C) tensors, the probabilities and 4 N-float statistics.
-    const std::size_t keep = A * (15 * N * 16 + att) + 16 * N;
+    // One block keeps 15 (N, C) tensors, one fp32 log-sum-exp per row and head
+    // (flash attention) and 4 N-float statistics.
+    const std::size_t keep = A * 15 * N * 16 + 4 * std::size_t{B} * 2 * T + 16 * N;
     // The head: ln_f (+ 8 N bytes of statistics), the logits, the losses (4 N) for a moment.
     const std::size_t head = x + 8 * N + A * N * 56 + 4 * N;
     // None: peak at the end of forward: embedding, every block's output and all it keeps, the head.

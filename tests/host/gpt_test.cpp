@@ -3,6 +3,7 @@
 // determinism, 16-bit variants, and that AdamW training lowers the loss.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -66,7 +67,9 @@ TEST_CASE("model FLOPs per token follow 6N + 12 L C T") {
 }
 
 TEST_CASE("memory is accounted exactly: parameters, gradients, activations, temporaries") {
-    const GPTConfig c = tiny();
+    GPTConfig c = tiny();
+    c.attention = GENERATE(snug::AttentionKind::flash, snug::AttentionKind::materialized);
+    INFO(snug::attention_kind_name(c.attention) << " attention");
     snug::test::HostRun run;
     snug::GPT<float, snug::Host> model(c, run.tracker);
     const std::int64_t P = c.num_parameters();
@@ -83,20 +86,23 @@ TEST_CASE("memory is accounted exactly: parameters, gradients, activations, temp
 
     // What the design keeps, in bytes (A = 4 for fp32, N = B T):
     //   embedding and every block output (N C A each), per block ln1, ln2 (N C A),
-    //   their mean and rstd (4 N floats), qkv (3 N C A), attention probabilities
-    //   (B NH T² A), attention output and the residual (N C A each), the MLP hidden
-    //   before and after GELU (4 N C A each); ln_f (N C A + 8 N); logits (N Vp A);
-    //   the per-token losses (4 N) for a moment at the end of forward.
+    //   their mean and rstd (4 N floats), qkv (3 N C A), what attention keeps
+    //   (flash: one fp32 log-sum-exp per row, 4 B NH T; materialised: the
+    //   probabilities, B NH T² A), attention output and the residual (N C A each),
+    //   the MLP hidden before and after GELU (4 N C A each); ln_f (N C A + 8 N);
+    //   logits (N Vp A); the per-token losses (4 N) for a moment at the end of forward.
     const std::size_t A = 4, N = B * T, C = static_cast<std::size_t>(c.channels), L = 2, NH = 3,
                       Vp = static_cast<std::size_t>(c.padded_vocab_size);
-    const std::size_t att = B * NH * T * T;
+    const bool flash = c.attention == snug::AttentionKind::flash;
+    const std::size_t att = flash ? 4 * B * NH * T : A * B * NH * T * T;
     const std::size_t activations =
-        A * (N * C + L * (16 * N * C + att) + N * C + N * Vp) + 16 * L * N + 8 * N + 4 * N;
+        A * (N * C + L * 16 * N * C + N * C + N * Vp) + L * att + 16 * L * N + 8 * N + 4 * N;
     CHECK(run.tracker.peak(MemoryCategory::activations) == activations);
     // Backward's temporaries: two (N, C) residual-stream gradients, plus one
-    // block's: MLP hidden (4 N C), two (N, C), d qkv (3 N C) and the attention
-    // scratch (ln_f's (N, C) gradient is gone before the blocks start).
-    const std::size_t temporaries = A * (2 * N * C + 9 * N * C + att);
+    // block's: MLP hidden (4 N C), two (N, C), d qkv (3 N C) and attention's
+    // scratch, as large as what it keeps (flash: D per row; materialised: dS)
+    // (ln_f's (N, C) gradient is gone before the blocks start).
+    const std::size_t temporaries = A * (2 * N * C + 9 * N * C) + att;
     CHECK(run.tracker.peak(MemoryCategory::temporaries) == temporaries);
     CHECK(run.tracker.current(MemoryCategory::activations) == 0);
     CHECK(run.tracker.current(MemoryCategory::temporaries) == 0);
@@ -141,6 +147,48 @@ TEST_CASE("a pass is deterministic: the same gradients to the bit") {
         grads.emplace_back(model.gradients(), model.gradients() + model.num_parameters());
     }
     CHECK(grads[0] == grads[1]);
+}
+
+// Flash attention (the default) against the materialised kernel on the same
+// weights and batch: the loss and every gradient within 1e-5 of the largest
+// gradient (fp32; the two sum the same products in another order), and at
+// least the probabilities' bytes saved. T = 70 crosses a 64-row tile.
+TEST_CASE("flash and materialised attention train the same GPT") {
+    GPTConfig c = tiny();
+    c.max_seq_len = 70;
+    const auto weights = snug::gpt_initial_weights(c, 21);
+    const int B = 2, T = 70;
+    const auto tokens = random_tokens(B * T, c.vocab_size, 22), targets = random_tokens(B * T, c.vocab_size, 23);
+    struct Result {
+        float loss;
+        std::vector<float> grads;
+        std::size_t activation_peak;
+    };
+    auto pass = [&](snug::AttentionKind kind) {
+        GPTConfig k = c;
+        k.attention = kind;
+        snug::test::HostRun run;
+        snug::GPT<float, snug::Host> model(k, run.tracker);
+        model.load_weights(run.ctx.device, weights);
+        model.zero_grad(run.ctx.device);
+        const float loss = model.forward(run.ctx, tokens.data(), targets.data(), B, T, 1.0f / (B * T));
+        model.backward(run.ctx, tokens.data());
+        return Result{loss, std::vector<float>(model.gradients(), model.gradients() + model.num_parameters()),
+                      run.tracker.peak(MemoryCategory::activations)};
+    };
+    const Result flash = pass(snug::AttentionKind::flash);
+    const Result materialized = pass(snug::AttentionKind::materialized);
+    CHECK(std::abs(flash.loss - materialized.loss) < 1e-5 * materialized.loss);
+    float largest = 0;
+    for (float g : materialized.grads) largest = std::max(largest, std::abs(g));
+    REQUIRE(largest > 0);
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < flash.grads.size(); ++i)
+        off += std::abs(flash.grads[i] - materialized.grads[i]) > 1e-5f * largest ? 1 : 0;
+    CHECK(off == 0);
+    // Per block: B NH T² fp32 probabilities kept, against B NH T fp32 statistics.
+    const std::size_t saved = std::size_t{2} * B * 3 * (std::size_t{T} * T * 4 - std::size_t{T} * 4);
+    CHECK(materialized.activation_peak - flash.activation_peak == saved);
 }
 
 TEMPLATE_TEST_CASE("a 16-bit GPT tracks the fp32 one", "", snug::bfloat16, snug::half) {

@@ -223,12 +223,16 @@ TEST_CASE("categories that a hand count gives") {
     CHECK(plan[MemoryCategory::optimizer_state] == 7872 * 8);
     // cuBLASLt 1000, ids 2·3·2·8·4 = 384, two scalars 8, the window 16·4 = 64.
     CHECK(plan[MemoryCategory::workspace] == 1000 + 384 + 8 + 64);
-    // Backward of a block: two (B, T, C) gradients and the block's nine, one
-    // (B, NH, T, T): 11 · 2·8·16·2 + 2·2·8·8·2 = 5632 + 512.
-    CHECK(plan[MemoryCategory::temporaries] == 6144);
+    // Backward of a block: two (B, T, C) gradients and the block's nine, and
+    // flash attention's fp32 row sums (B, NH, T): 11 · 2·8·16·2 + 2·2·8·4 = 5632 + 128.
+    CHECK(plan[MemoryCategory::temporaries] == 5760);
+    // The materialised attention's scratch is (B, NH, T, T) of bf16 instead: 5632 + 2·2·8·8·2.
+    in.model.attention = snug::AttentionKind::materialized;
+    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 5632 + 512);
+    in.model.attention = snug::AttentionKind::flash;
     in.precision = PrecisionKind::fp32;
     CHECK(snug::predict_memory(in)[MemoryCategory::master_weights] == 0);
-    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 2 * 6144);
+    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 2 * 5632 + 128);
 
     CHECK_THROWS_AS(snug::predict_memory(plan_input(c, PrecisionKind::fp32, 1, 17, 1, {}, 0, 0)),
                     snug::ConfigError);

@@ -13,6 +13,7 @@
 #include "snug/meter/device.hpp"
 #include "snug/ops/adamw.hpp"
 #include "snug/ops/attention.hpp"
+#include "snug/ops/flash_attention.hpp"
 #include "snug/ops/cross_entropy.hpp"
 #include "snug/ops/encoder.hpp"
 #include "snug/ops/layernorm.hpp"
@@ -85,6 +86,19 @@ void attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, T* /*scratch (B, 
                         const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*att (B, NH, T, T)*/,
                         int B, int T_, int C, int NH) {
     ops::check_attention("attention_backward", B, T_, C, NH);
+}
+
+template <class T>
+void flash_attention_forward(const Device&, T* /*out (B, T, C)*/, ops::flash_stat_t<T>* /*lse (B, NH, T)*/,
+                             const T* /*qkv (B, T, 3C)*/, int B, int T_, int C, int NH) {
+    ops::check_flash_attention("flash_attention_forward", B, T_, C, NH);
+}
+
+template <class T>
+void flash_attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, ops::flash_stat_t<T>* /*scratch (B, NH, T)*/,
+                              const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*out (B, T, C)*/,
+                              const ops::flash_stat_t<T>* /*lse (B, NH, T)*/, int B, int T_, int C, int NH) {
+    ops::check_flash_attention("flash_attention_backward", B, T_, C, NH);
 }
 
 template <class T>

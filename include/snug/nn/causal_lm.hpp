@@ -37,6 +37,7 @@
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
+#include "snug/nn/upload_weights.hpp"
 #include "snug/ops/kernels.hpp"
 
 namespace snug {
@@ -97,12 +98,7 @@ public:
 
     // Sets the working weights from fp32 host values (rounded to Act).
     void load_weights(const D& dev, const std::vector<float>& host_weights) {
-        if (static_cast<std::int64_t>(host_weights.size()) != num_parameters())
-            throw ShapeError("CausalLM weights: expected " + std::to_string(num_parameters()) + " values, got " +
-                             std::to_string(host_weights.size()));
-        std::vector<Act> rounded(host_weights.size());
-        for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = Act(host_weights[i]);
-        upload(dev, params_.data(), rounded.data(), num_parameters());
+        upload_weights(dev, params_.data(), num_parameters(), host_weights, "CausalLM");
     }
 
     void zero_grad(const D& dev) { fill_zero(dev, grads_.data(), num_parameters()); }

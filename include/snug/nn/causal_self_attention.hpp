@@ -3,8 +3,10 @@
 //   x (B, T, C) ─► qkv (C -> 3C, fused, rows [q | k | v]) ─► Position on q, k
 //              ─► softmax(q k^T / sqrt(hs)) v per head ─► proj (C -> C) ─► out
 // Tensors `name.qkv_proj.weight` (3C, C), `name.o_proj.weight` (C, C), and
-// biases (3C), (C) with Bias::yes. forward keeps the (rotated) qkv, the
-// attention probabilities and the heads' output on the arena it is given.
+// biases (3C), (C) with Bias::yes. forward keeps the (rotated) qkv and the
+// heads' output on the arena it is given, and what its attention kind needs:
+// one log-sum-exp per row (flash, the default) or the (B, NH, T, T)
+// probabilities (AttentionKind::materialized).
 //
 // Position is the position-encoding hook, applied to q and k inside the
 // fused qkv and undone on their gradients: NoPosition (GPT-2 adds learned
@@ -17,6 +19,7 @@
 
 #include "snug/core/arena.hpp"
 #include "snug/core/device.hpp"
+#include "snug/nn/attention_kind.hpp"
 #include "snug/nn/linear.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
@@ -51,9 +54,11 @@ template <class Act, DeviceTag D, class Position = NoPosition>
 class CausalSelfAttention {
 public:
     CausalSelfAttention(ParameterRegistry& r, const std::string& name, int channels, int heads, Bias bias = Bias::no,
-                        Position position = {}, Init proj_init = Init::normal(0.02f))
+                        Position position = {}, Init proj_init = Init::normal(0.02f),
+                        AttentionKind attention = AttentionKind::flash)
         : C_(channels),
           NH_(heads),
+          attention_(attention),
           position_(position),
           qkv_(r, name + ".qkv_proj", channels, 3 * channels, bias),
           proj_(r, name + ".o_proj", channels, channels, bias, proj_init) {
@@ -75,9 +80,15 @@ public:
         qkv_out_ = keep.template push<Act>(N * 3 * C_, "qkv");
         qkv_.forward(dev, qkv_out_, in, N);
         position_.forward(dev, qkv_out_, B, T, NH_, C_ / NH_);
-        att_ = keep.template push<Act>(att_elems(), "attention probabilities");
-        heads_ = keep.template push<Act>(N * C_, "attention output");
-        attention_forward(dev, heads_, att_, qkv_out_, B, T, C_, NH_);
+        if (attention_ == AttentionKind::flash) {
+            lse_ = keep.template push<Stat>(ops::flash_stat_elems(B, T, NH_), "attention log-sum-exp");
+            heads_ = keep.template push<Act>(N * C_, "attention output");
+            flash_attention_forward(dev, heads_, lse_, qkv_out_, B, T, C_, NH_);
+        } else {
+            att_ = keep.template push<Act>(att_elems(), "attention probabilities");
+            heads_ = keep.template push<Act>(N * C_, "attention output");
+            attention_forward(dev, heads_, att_, qkv_out_, B, T, C_, NH_);
+        }
         proj_.forward(dev, out, heads_, N);
     }
 
@@ -89,22 +100,31 @@ public:
         Act* dheads = scratch.template push<Act>(N * C_, "d attention output");
         proj_.backward(dev, dheads, dout, heads_, N);
         Act* dqkv = scratch.template push<Act>(N * 3 * C_, "d qkv");
-        Act* datt = scratch.template push<Act>(att_elems(), "d attention");
-        attention_backward(dev, dqkv, datt, dheads, qkv_out_, att_, B_, T_, C_, NH_);
+        if (attention_ == AttentionKind::flash) {
+            Stat* row_sums = scratch.template push<Stat>(ops::flash_stat_elems(B_, T_, NH_), "d attention row sums");
+            flash_attention_backward(dev, dqkv, row_sums, dheads, qkv_out_, heads_, lse_, B_, T_, C_, NH_);
+        } else {
+            Act* datt = scratch.template push<Act>(att_elems(), "d attention");
+            attention_backward(dev, dqkv, datt, dheads, qkv_out_, att_, B_, T_, C_, NH_);
+        }
         position_.backward(dev, dqkv, B_, T_, NH_, C_ / NH_);
         qkv_.backward(dev, din, dqkv, in, N);
         scratch.release_to(mark);
     }
 
 private:
+    using Stat = ops::flash_stat_t<Act>;  // flash attention's per-row statistics
+
     std::int64_t att_elems() const { return std::int64_t{B_} * NH_ * T_ * T_; }
 
     int C_, NH_;
+    AttentionKind attention_;
     Position position_;
     Linear<Act, D> qkv_, proj_;
     int B_ = 0, T_ = 0;
     Act* qkv_out_ = nullptr;  // (B, T, 3C) after Position
-    Act* att_ = nullptr;      // (B, NH, T, T)
+    Act* att_ = nullptr;      // (B, NH, T, T) materialised attention only
+    Stat* lse_ = nullptr;     // (B, NH, T) flash attention only
     Act* heads_ = nullptr;    // (B, T, C)
 };
 

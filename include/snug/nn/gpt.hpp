@@ -32,6 +32,7 @@
 #include "snug/ops/kernels.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/transformer_block.hpp"
+#include "snug/nn/upload_weights.hpp"
 
 namespace snug {
 
@@ -73,12 +74,7 @@ public:
 
     // Sets the working weights from fp32 host values (rounded to Act).
     void load_weights(const D& dev, const std::vector<float>& host_weights) {
-        if (static_cast<std::int64_t>(host_weights.size()) != num_parameters())
-            throw ShapeError("GPT weights: expected " + std::to_string(num_parameters()) + " values, got " +
-                             std::to_string(host_weights.size()));
-        std::vector<Act> rounded(host_weights.size());
-        for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = Act(host_weights[i]);
-        upload(dev, params_.data(), rounded.data(), num_parameters());
+        upload_weights(dev, params_.data(), num_parameters(), host_weights, "GPT");
     }
 
     void zero_grad(const D& dev) { fill_zero(dev, grads_.data(), num_parameters()); }
@@ -210,7 +206,8 @@ private:
         std::vector<TransformerBlock<Act, D>> blocks;
         blocks.reserve(static_cast<std::size_t>(c.n_layer));
         for (int l = 0; l < c.n_layer; ++l)
-            blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l));
+            blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l),
+                                c.attention);
         return LayerStack<TransformerBlock<Act, D>>(std::move(blocks));
     }
 

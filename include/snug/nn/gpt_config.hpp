@@ -1,5 +1,6 @@
 // GPTConfig: the shape of a GPT-2-style model (vocabulary, context, depth,
-// heads, width), its presets, its parameter count and its model FLOPs.
+// heads, width) and its attention kind, its presets, its parameter count and
+// its model FLOPs.
 #pragma once
 
 #include <climits>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "snug/core/error.hpp"
+#include "snug/nn/attention_kind.hpp"
 
 namespace snug {
 
@@ -18,6 +20,9 @@ struct GPTConfig {
     int n_layer = 12;                // L
     int n_head = 12;                 // NH
     int channels = 768;              // C; head size C / NH
+    // How attention computes (not part of the shape: either kind runs the
+    // same weights to the same result within rounding).
+    AttentionKind attention = AttentionKind::flash;
 
     // Vp for a vocabulary: the next multiple of 128 (GPU GEMMs like it), or V
     // itself for a small vocabulary (<= 256) that would mostly be padding, and

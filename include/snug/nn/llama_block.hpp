@@ -33,6 +33,7 @@ struct LlamaBlockShape {
     int layers = 1;                    // of the whole stack: scales the residual projections' init
     double rope_theta = ops::rope_theta;
     double norm_eps = ops::rmsnorm_eps;
+    AttentionKind attention = AttentionKind::flash;
 };
 
 template <class Act, DeviceTag D>
@@ -44,7 +45,8 @@ public:
     LlamaBlock(ParameterRegistry& r, const std::string& prefix, const LlamaBlockShape& s)
         : C_(s.channels),
           norm1_(r, prefix + "input_layernorm", s.channels, s.norm_eps),
-          attn_(r, prefix + "self_attn", s.channels, s.heads, Bias::no, RoPE{s.rope_theta}, residual_init(s)),
+          attn_(r, prefix + "self_attn", s.channels, s.heads, Bias::no, RoPE{s.rope_theta}, residual_init(s),
+                s.attention),
           norm2_(r, prefix + "post_attention_layernorm", s.channels, s.norm_eps),
           mlp_(r, prefix + "mlp", s.channels, s.hidden, residual_init(s)) {
         if ((s.channels / s.heads) % 2 != 0)

@@ -66,10 +66,17 @@ public:
         if (init.kind == Init::Kind::normal && init.count > shape.numel())
             throw ConfigError("ParameterRegistry: tensor '" + name + "' draws " + std::to_string(init.count) +
                               " values but holds " + std::to_string(shape.numel()));
+        // The tensor first, then its index entry, then the total: an
+        // allocation that fails on the way leaves the registry as it was.
         const std::int64_t offset = total_;
-        total_ += shape.numel();
-        index_.emplace(name, tensors_.size());
-        tensors_.push_back({std::move(name), std::move(shape), offset, init, decay});
+        tensors_.push_back({name, std::move(shape), offset, init, decay});
+        try {
+            index_.emplace(std::move(name), tensors_.size() - 1);
+        } catch (...) {
+            tensors_.pop_back();
+            throw;
+        }
+        total_ += tensors_.back().shape.numel();
         return offset;
     }
 

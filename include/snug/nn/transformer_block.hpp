@@ -1,12 +1,15 @@
 // TransformerBlock<Act, D>: one pre-LayerNorm GPT-2 block, a Layer.
 //   x ─► ln1 ─► qkv ─► attention ─► c_proj ─(+x)─► r ─► ln2 ─► fc ─► gelu ─► fc_proj ─(+r)─► out
 // Forward saves every intermediate in ctx.activations; backward uses them and
-// releases them; its own temporaries live in ctx.scratch.
+// releases them; its own temporaries live in ctx.scratch. Attention is flash
+// attention (saving its output and one log-sum-exp per row) or, when asked,
+// the materialised kernel (saving the (B, NH, T, T) probabilities).
 #pragma once
 
 #include <cstdint>
 
 #include "snug/core/tensor.hpp"
+#include "snug/nn/attention_kind.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer.hpp"
 #include "snug/ops/kernels.hpp"
@@ -38,8 +41,9 @@ public:
     using value_type = Act;
     using device_type = D;
 
-    TransformerBlock(int channels, int heads, BlockTensors<const Act> weights, BlockTensors<float> grads)
-        : C_(channels), NH_(heads), w_(weights), g_(grads) {
+    TransformerBlock(int channels, int heads, BlockTensors<const Act> weights, BlockTensors<float> grads,
+                     AttentionKind attention = AttentionKind::flash)
+        : C_(channels), NH_(heads), attention_(attention), w_(weights), g_(grads) {
         if (channels <= 0 || heads <= 0 || channels % heads != 0)
             throw ShapeError("TransformerBlock: channels " + std::to_string(channels) +
                              " must be a positive multiple of heads " + std::to_string(heads));
@@ -70,10 +74,16 @@ public:
         linear_forward(dev, s_.qkv, s_.ln1, w_.qkvw, w_.qkvb, N, C_, 3 * C_);
         if (selective_) ctx.scratch.release_to(scratch_mark);
 
-        s_.att = dropped.template push<Act>(att_elems(), "attention probabilities");
-        s_.atty = a.template push<Act>(N * C_, "attention output");
-        attention_forward(dev, s_.atty, s_.att, s_.qkv, B_, T_, C_, NH_);
-        if (selective_) ctx.scratch.release_to(scratch_mark);
+        if (attention_ == AttentionKind::flash) {  // nothing T x T to drop: selective keeps it all
+            s_.lse = a.template push<Stat>(stat_elems(), "attention log-sum-exp");
+            s_.atty = a.template push<Act>(N * C_, "attention output");
+            flash_attention_forward(dev, s_.atty, s_.lse, s_.qkv, B_, T_, C_, NH_);
+        } else {
+            s_.att = dropped.template push<Act>(att_elems(), "attention probabilities");
+            s_.atty = a.template push<Act>(N * C_, "attention output");
+            attention_forward(dev, s_.atty, s_.att, s_.qkv, B_, T_, C_, NH_);
+            if (selective_) ctx.scratch.release_to(scratch_mark);
+        }
 
         s_.res = a.template push<Act>(N * C_, "residual 2");
         linear_forward(dev, s_.res, s_.atty, w_.attprojw, w_.attprojb, N, C_, C_);
@@ -117,8 +127,13 @@ public:
         Act* datty = dln;  // (N, C), free again
         linear_backward(dev, datty, g_.attprojw, g_.attprojb, dres, s_.atty, w_.attprojw, N, C_, C_);
         Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
-        Act* att_scratch = tmp.template push<Act>(att_elems(), "d attention");
-        attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);
+        if (attention_ == AttentionKind::flash) {
+            Stat* row_sums = tmp.template push<Stat>(stat_elems(), "d attention row sums");
+            flash_attention_backward(dev, dqkv, row_sums, datty, s_.qkv, s_.atty, s_.lse, B_, T_, C_, NH_);
+        } else {
+            Act* att_scratch = tmp.template push<Act>(att_elems(), "d attention");
+            attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);
+        }
         Act* dln1 = datty;  // (N, C), free again
         linear_backward(dev, dln1, g_.qkvw, g_.qkvb, dqkv, s_.ln1, w_.qkvw, N, C_, 3 * C_);
         copy(dev, dx.data(), dres, N * C_);
@@ -130,7 +145,10 @@ public:
     }
 
 private:
+    using Stat = ops::flash_stat_t<Act>;  // flash attention's per-row statistics
+
     std::int64_t att_elems() const { return std::int64_t{B_} * NH_ * T_ * T_; }
+    std::int64_t stat_elems() const { return ops::flash_stat_elems(B_, T_, NH_); }
 
     template <class Arena>
     void push_ln(Arena& arena, std::int64_t N, Act*& out, float*& mean, float*& rstd, const char* what) {
@@ -149,10 +167,12 @@ private:
         gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
         push_ln(a, N, s_.ln2, s_.ln2_mean, s_.ln2_rstd, "ln2 (recomputed)");
         layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
-        s_.att = a.template push<Act>(att_elems(), "attention probabilities (recomputed)");
-        Act* atty = ctx.scratch.template push<Act>(N * C_, "attention output (recomputed, unused)");
-        attention_forward(dev, atty, s_.att, s_.qkv, B_, T_, C_, NH_);
-        ctx.scratch.pop(atty);
+        if (attention_ == AttentionKind::materialized) {
+            s_.att = a.template push<Act>(att_elems(), "attention probabilities (recomputed)");
+            Act* atty = ctx.scratch.template push<Act>(N * C_, "attention output (recomputed, unused)");
+            attention_forward(dev, atty, s_.att, s_.qkv, B_, T_, C_, NH_);
+            ctx.scratch.pop(atty);
+        }
         push_ln(a, N, s_.ln1, s_.ln1_mean, s_.ln1_rstd, "ln1 (recomputed)");
         layernorm_forward(dev, s_.ln1, s_.ln1_mean, s_.ln1_rstd, x.data(), w_.ln1w, w_.ln1b, N, C_);
     }
@@ -169,7 +189,8 @@ private:
         float* ln1_mean;  // (N)
         float* ln1_rstd;  // (N)
         Act* qkv;         // (N, 3C)
-        Act* att;         // (B, NH, T, T)
+        Act* att;         // (B, NH, T, T) materialised attention only
+        Stat* lse;        // (B, NH, T) flash attention only
         Act* atty;        // (N, C)
         Act* res;         // (N, C) x + attention branch
         Act* ln2;         // (N, C)
@@ -180,6 +201,7 @@ private:
     };
 
     int C_, NH_;
+    AttentionKind attention_;
     BlockTensors<const Act> w_;
     BlockTensors<float> g_;
     int B_ = 0, T_ = 0;

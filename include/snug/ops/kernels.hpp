@@ -10,6 +10,7 @@
 #include "snug/host/cross_entropy.hpp"
 #include "snug/host/elementwise.hpp"
 #include "snug/host/encoder.hpp"
+#include "snug/host/flash_attention.hpp"
 #include "snug/host/gelu.hpp"
 #include "snug/host/layernorm.hpp"
 #include "snug/host/linear.hpp"

@@ -270,9 +270,9 @@ public:
 
     void device(const DeviceInfo& d) override { line(fmt::format("device: {}", d.description)); }
     void model(const GPTConfig& c, int seq, const std::string& source) override {
-        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {}: {:.2f}M parameters, {:.3g} "
-                         "FLOPs/token; {}",
-                         c.n_layer, c.n_head, c.channels, c.max_seq_len, c.vocab_size,
+        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {}, {} attention: {:.2f}M "
+                         "parameters, {:.3g} FLOPs/token; {}",
+                         c.n_layer, c.n_head, c.channels, c.max_seq_len, c.vocab_size, attention_kind_name(c.attention),
                          static_cast<double>(c.num_parameters()) / 1e6, c.flops_per_token(seq), source));
     }
     void data(const TrainData& d) override { line(fmt::format("data: {}", d.description)); }
@@ -287,9 +287,11 @@ public:
     void memory_outlook(const MemoryOutlook& o) override { line(format_outlook(o)); }
     void plan(const PlanAnswer& p) override {
         line(fmt::format("device: {}; budget {}", p.device.description, format_bytes(p.budget)));
-        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}",
+        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}, {} "
+                         "attention",
                          p.model.n_layer, p.model.n_head, p.model.channels, p.model.max_seq_len, p.model.vocab_size,
-                         static_cast<double>(p.model.num_parameters()) / 1e6, p.run.precision_name()));
+                         static_cast<double>(p.model.num_parameters()) / 1e6, p.run.precision_name(),
+                         attention_kind_name(p.model.attention)));
         line(fmt::format("\nas asked (micro-batch {} x {}, checkpoint {}):\n{}{}", p.run.micro_batch, p.run.accumulation,
                          p.run.checkpoint_name(), format_outlook(p.asked), format_memory_plan(p.asked.plan)));
         line(fmt::format("\nfastest configuration for {} sequences of {} tokens per update:\n{}", p.fastest.wanted_batch,

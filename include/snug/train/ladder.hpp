@@ -280,7 +280,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         nlohmann::json j;
         j["device"] = device.description;
         j["model"] = {{"layers", config.n_layer}, {"heads", config.n_head}, {"channels", config.channels},
-                      {"vocab", config.vocab_size}, {"parameters", config.num_parameters()}};
+                      {"vocab", config.vocab_size}, {"parameters", config.num_parameters()},
+                      {"attention", attention_kind_name(config.attention)}};
         j["budget_bytes"] = budget ? nlohmann::json(*budget) : nlohmann::json(nullptr);
         j["seq"] = T;
         j["sequences_per_update"] = wanted;

@@ -20,6 +20,7 @@ struct TrainOptions {
     int layers = 2, heads = 4, channels = 128;
     int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
     std::string init_from;
+    AttentionKind attention = AttentionKind::flash;  // how the model's attention computes (any model source)
     // What decides memory and speed.
     RunSpec run{};
     std::optional<std::size_t> budget_bytes = std::size_t{12} << 30;  // the tracker's budget (nullopt: none)
@@ -57,13 +58,16 @@ struct TrainOptions {
     std::string state_path() const {
         return out.empty() ? std::string() : (std::filesystem::path(out) / "state.snug").string();
     }
-    // The shape asked for: the preset, or layers / heads / channels (vocabulary and context come later).
+    // The shape asked for: the preset, or layers / heads / channels (vocabulary and context come later),
+    // with the attention asked for.
     GPTConfig shape() const {
-        if (!model.empty()) return GPTConfig::preset(model);
-        GPTConfig c;
-        c.n_layer = layers;
-        c.n_head = heads;
-        c.channels = channels;
+        GPTConfig c = model.empty() ? GPTConfig{} : GPTConfig::preset(model);
+        if (model.empty()) {
+            c.n_layer = layers;
+            c.n_head = heads;
+            c.channels = channels;
+        }
+        c.attention = attention;
         return c;
     }
 };

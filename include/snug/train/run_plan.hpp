@@ -71,6 +71,7 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
         config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
     } else {
         config = read_model_file(o.init_from).config;
+        config.attention = o.attention;
     }
     config.validate();
     answer.device = device;

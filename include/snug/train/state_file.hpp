@@ -48,7 +48,9 @@
 //     "precision":      the precision policy's name: "fp32", "bf16" or "fp16"
 //     "gpt":            for a model whose config() is a GPTConfig, its shape:
 //                       {"vocab_size", "padded_vocab_size", "max_seq_len",
-//                        "n_layer", "n_head", "channels"}; absent for other models
+//                        "n_layer", "n_head", "channels", "attention"}; absent for
+//                       other models ("attention", "flash" or "materialized", is for
+//                       information: a run may resume with the other kind)
 //   }
 //   "optimizer": {
 //     "name": "adamw",
@@ -317,7 +319,8 @@ std::vector<SectionSpec> section_specs(std::int64_t n) {
 inline nlohmann::ordered_json gpt_json(const GPTConfig& c) {
     return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size},
             {"max_seq_len", c.max_seq_len}, {"n_layer", c.n_layer},
-            {"n_head", c.n_head},           {"channels", c.channels}};
+            {"n_head", c.n_head},           {"channels", c.channels},
+            {"attention", attention_kind_name(c.attention)}};
 }
 
 inline std::string gpt_text(const GPTConfig& c) {
