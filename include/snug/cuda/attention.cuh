@@ -281,10 +281,9 @@ __global__ void __launch_bounds__(attention_tile * attention_key_rows)
     }
 }
 
-// The shared contract (ops/attention.hpp), then this backend's own limit:
-// the kernels index query rows with int.
-inline void check_attention(const char* op, int B, int T_, int C, int NH) {
-    ops::check_attention(op, B, T_, C, NH);
+// This backend's limit on a launch over query rows (attention's and flash
+// attention's): the kernels index them with int.
+inline void check_query_rows(const char* op, int B, int T_, int NH) {
     if (std::int64_t{B} * NH * T_ > INT_MAX) {
         throw ShapeError(std::string(op) + ": B * NH * T = " + std::to_string(std::int64_t{B} * NH * T_) +
                          " (B = " + std::to_string(B) + ", NH = " + std::to_string(NH) + ", T = " +
@@ -292,15 +291,27 @@ inline void check_attention(const char* op, int B, int T_, int C, int NH) {
     }
 }
 
-// Dynamic shared memory of `kernel` for `floats` floats, raising the kernel's
-// limit past the default 48 KiB when a long sequence needs it.
+// The shared contract (ops/attention.hpp), then this backend's own limit.
+inline void check_attention(const char* op, int B, int T_, int C, int NH) {
+    ops::check_attention(op, B, T_, C, NH);
+    check_query_rows(op, B, T_, NH);
+}
+
+// `bytes` of dynamic shared memory for `kernel`, raising the kernel's limit
+// past the default 48 KiB when they need it.
 template <class Kernel>
-std::size_t attention_shared_bytes(Kernel kernel, std::int64_t floats) {
-    const auto bytes = static_cast<std::size_t>(floats) * sizeof(float);
-    if (bytes > std::size_t{48} << 10) {
+std::size_t dynamic_shared_bytes(Kernel kernel, std::size_t bytes) {
+    if (bytes > LaunchLimits::default_shared_bytes) {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     }
     return bytes;
+}
+
+// Dynamic shared memory of `kernel` for `floats` floats (a long sequence's
+// rows may need more than the default 48 KiB).
+template <class Kernel>
+std::size_t attention_shared_bytes(Kernel kernel, std::int64_t floats) {
+    return dynamic_shared_bytes(kernel, static_cast<std::size_t>(floats) * sizeof(float));
 }
 
 }  // namespace detail

@@ -28,6 +28,7 @@
 #include "snug/cuda/cross_entropy.cuh"
 #include "snug/cuda/elementwise.cuh"
 #include "snug/cuda/encoder.cuh"
+#include "snug/cuda/flash_attention.cuh"
 #include "snug/cuda/gelu.cuh"
 #include "snug/cuda/layernorm.cuh"
 #include "snug/cuda/linear.cuh"

@@ -1,0 +1,282 @@
+// CUDA flash attention (snug/cuda/flash_attention.cuh) against a float64
+// reference of the same algorithm (ops/flash_attention.hpp: 64-key tiles,
+// rescaling at each tile, p and ds rounded to the activation type before the
+// second products), on fresh random inputs with every output and the
+// backward's scratch poisoned first, for float, bfloat16 and half.
+//
+// Tolerances, relative to |reference| + rms(reference):
+//   - lse and D (fp32 for every type), and fp32's out: 1e-5.
+//   - fp32's dqkv: 3e-5. The backward's p = e^(s - lse) turns the scores'
+//     absolute fp32 rounding (about 1e-6 for hs = 128 or 160) into a relative
+//     error of every p; over 40 emulated runs of these shapes the worst was
+//     8.4e-6.
+//   - 16-bit out and dqkv: 4 units of roundoff (2 ulps: 2^-6 for bfloat16,
+//     2^-9 for half). Each is rounded to 16 bits once (half a ulp, u), and a
+//     p or ds whose fp32 value and float64 one straddle a rounding boundary
+//     rounds one ulp (up to 2u) apart: in a sum of one term (dk and dv of the
+//     last key) that is 3u. Over 40 runs the worst was 3.0u (half's dqkv).
+//
+// The tensor-core shapes (hs = 16, 48, 64, 128) run there for bfloat16 and
+// half and in the SIMT kernels for float; the SIMT shapes (hs = 8, 24, 40,
+// 160) run SIMT for every type. T = 1, 17, 64, 65 and 130 cover one row,
+// partial tiles, a whole tile and three tiles. The backward must give the
+// same bits on every run, and a bad shape throws ShapeError before launching.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "snug/cuda/flash_attention.cuh"
+#include "snug/ops/flash_attention.hpp"
+#include "snug/snug.hpp"
+#include "support/cuda_support.hpp"
+
+using Catch::Matchers::Contains;
+using snug::Cuda;
+using snug::MemoryTracker;
+using namespace snug::test;
+
+namespace {
+
+struct FlashSize {
+    int B, T, C, NH;
+};
+
+std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
+
+// The contract's round(): to T and back (nothing for fp32).
+template <class T>
+double round_as(double x) {
+    if constexpr (std::is_same_v<T, float>) {
+        return x;
+    } else {
+        return static_cast<double>(static_cast<float>(T(static_cast<float>(x))));
+    }
+}
+
+template <class T>
+std::vector<double> as_doubles(const std::vector<T>& v) {
+    std::vector<double> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<double>(static_cast<float>(v[i]));
+    return out;
+}
+
+// ops/flash_attention.hpp in float64, written as plainly as possible: per
+// row, the key tiles of flash_tile_k up to the diagonal, m, l, acc and the
+// rounding of p exactly as the contract says.
+template <class T>
+struct Reference {
+    const std::vector<T>& qkv;
+    FlashSize z;
+    int hs = z.C / z.NH;
+    double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+
+    // part 0: q, 1: k, 2: v.
+    double at(int b, int t, int part, int h, int d) const {
+        return static_cast<double>(static_cast<float>(
+            qkv[idx((std::int64_t{b} * z.T + t) * 3 * z.C + std::int64_t{part} * z.C + std::int64_t{h} * hs + d)]));
+    }
+    double score(int b, int h, int t, int j) const {
+        double dot = 0.0;
+        for (int d = 0; d < hs; ++d) dot += at(b, t, 0, h, d) * at(b, j, 1, h, d);
+        return scale * dot;
+    }
+
+    // out (B, T, C), lse (B, NH, T).
+    void forward(std::vector<double>& out, std::vector<double>& lse) const {
+        out.assign(idx(std::int64_t{z.B} * z.T * z.C), 0.0);
+        lse.assign(idx(std::int64_t{z.B} * z.NH * z.T), 0.0);
+        const int tile = snug::ops::flash_tile_k;
+        for (int b = 0; b < z.B; ++b) {
+            for (int h = 0; h < z.NH; ++h) {
+                for (int t = 0; t < z.T; ++t) {
+                    double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+                    std::vector<double> acc(idx(hs), 0.0);
+                    for (int k0 = 0; k0 <= t; k0 += tile) {
+                        const int k1 = std::min(k0 + tile, t + 1);
+                        std::vector<double> s;
+                        double next = m;
+                        for (int j = k0; j < k1; ++j) {
+                            s.push_back(score(b, h, t, j));
+                            next = std::max(next, s.back());
+                        }
+                        const double alpha = std::exp(m - next);
+                        l *= alpha;
+                        for (double& a : acc) a *= alpha;
+                        for (int j = k0; j < k1; ++j) {
+                            const double p = std::exp(s[idx(j - k0)] - next);
+                            l += p;
+                            const double pr = round_as<T>(p);
+                            for (int d = 0; d < hs; ++d) acc[idx(d)] += pr * at(b, j, 2, h, d);
+                        }
+                        m = next;
+                    }
+                    for (int d = 0; d < hs; ++d)
+                        out[idx((std::int64_t{b} * z.T + t) * z.C + std::int64_t{h} * hs + d)] = acc[idx(d)] / l;
+                    lse[idx((std::int64_t{b} * z.NH + h) * z.T + t)] = m + std::log(l);
+                }
+            }
+        }
+    }
+
+    // dqkv (B, T, 3C) and D (B, NH, T) from dout and the forward's out and lse
+    // (the device's, as its backward gets them).
+    void backward(std::vector<double>& dqkv, std::vector<double>& D, const std::vector<T>& dout,
+                  const std::vector<T>& out, const std::vector<float>& lse) const {
+        dqkv.assign(idx(std::int64_t{z.B} * z.T * 3 * z.C), 0.0);
+        D.assign(idx(std::int64_t{z.B} * z.NH * z.T), 0.0);
+        const auto row = [&](int b, int t, int h) { return (std::int64_t{b} * z.T + t) * z.C + std::int64_t{h} * hs; };
+        const auto grad = [&](int b, int t, int part, int h, int d) -> double& {
+            return dqkv[idx((std::int64_t{b} * z.T + t) * 3 * z.C + std::int64_t{part} * z.C + std::int64_t{h} * hs + d)];
+        };
+        for (int b = 0; b < z.B; ++b) {
+            for (int h = 0; h < z.NH; ++h) {
+                for (int t = 0; t < z.T; ++t) {
+                    double sum = 0.0;
+                    for (int d = 0; d < hs; ++d)
+                        sum += to_double(dout[idx(row(b, t, h) + d)]) * to_double(out[idx(row(b, t, h) + d)]);
+                    D[idx((std::int64_t{b} * z.NH + h) * z.T + t)] = sum;
+                }
+                for (int t = 0; t < z.T; ++t) {
+                    const std::int64_t r = (std::int64_t{b} * z.NH + h) * z.T + t;
+                    for (int j = 0; j <= t; ++j) {
+                        const double p = std::exp(score(b, h, t, j) - static_cast<double>(lse[idx(r)]));
+                        double dp = 0.0;
+                        for (int d = 0; d < hs; ++d) dp += to_double(dout[idx(row(b, t, h) + d)]) * at(b, j, 2, h, d);
+                        const double ds = round_as<T>(p * (dp - D[idx(r)]));
+                        const double pr = round_as<T>(p);
+                        for (int d = 0; d < hs; ++d) {
+                            grad(b, t, 0, h, d) += ds * at(b, j, 1, h, d);
+                            grad(b, j, 1, h, d) += ds * at(b, t, 0, h, d);
+                            grad(b, j, 2, h, d) += pr * to_double(dout[idx(row(b, t, h) + d)]);
+                        }
+                    }
+                }
+            }
+        }
+        for (int b = 0; b < z.B; ++b)
+            for (int t = 0; t < z.T; ++t)
+                for (int h = 0; h < z.NH; ++h)
+                    for (int d = 0; d < hs; ++d) {
+                        grad(b, t, 0, h, d) *= scale;
+                        grad(b, t, 1, h, d) *= scale;
+                    }
+    }
+};
+
+// Four units of roundoff of the 16-bit types (2 ulps); fp32's `fp32`.
+template <class T>
+constexpr double rounded_tolerance(double fp32) {
+    if constexpr (std::is_same_v<T, float>) {
+        return fp32;
+    } else if constexpr (std::is_same_v<T, snug::bfloat16>) {
+        return 4.0 / 256.0;
+    } else {
+        return 4.0 / 2048.0;
+    }
+}
+
+template <class T>
+void check_flash(snug::Generator& rng, const FlashSize& z, bool tensor_cores) {
+    INFO("B = " << z.B << ", T = " << z.T << ", C = " << z.C << ", NH = " << z.NH << ", hs = " << z.C / z.NH);
+    REQUIRE(snug::cuda::flash_attention_uses_tensor_cores<T>(z.C / z.NH) == tensor_cores);
+    MemoryTracker tracker;
+    const Cuda dev{};
+    const auto bt = static_cast<std::size_t>(z.B) * static_cast<std::size_t>(z.T);
+    const auto C = static_cast<std::size_t>(z.C);
+    const auto stats = static_cast<std::size_t>(snug::ops::flash_stat_elems(z.B, z.T, z.NH));
+    // Scores of a few units: softmax rows neither flat nor one-hot.
+    const auto qkv = random_values<T>(rng, bt * 3 * C, -1.5f, 1.5f);
+    const auto dout = random_values<T>(rng, bt * C, -1.0f, 1.0f);
+    const Reference<T> ref{qkv, z};
+
+    auto qkv_d = to_device(tracker, qkv);
+    auto out_d = poisoned<T>(tracker, bt * C);
+    auto lse_d = poisoned<float>(tracker, stats);
+    snug::cuda::flash_attention_forward(dev, out_d.data(), lse_d.data(), qkv_d.data(), z.B, z.T, z.C, z.NH);
+    const auto out = to_host(out_d);
+    const auto lse = to_host(lse_d);
+    std::vector<double> ref_out, ref_lse;
+    ref.forward(ref_out, ref_lse);
+    check_close(as_doubles(out), ref_out, rounded_tolerance<T>(1e-5), "out");
+    check_close(as_doubles(lse), ref_lse, 1e-5, "lse");
+
+    // The backward from the device's out and lse, on both sides; twice on the
+    // device, which must give the same bits.
+    auto dout_d = to_device(tracker, dout);
+    std::vector<T> first_dqkv;
+    std::vector<float> first_scratch;
+    for (int run = 0; run < 2; ++run) {
+        auto dqkv_d = poisoned<T>(tracker, bt * 3 * C);
+        auto scratch_d = poisoned<float>(tracker, stats);
+        snug::cuda::flash_attention_backward(dev, dqkv_d.data(), scratch_d.data(), dout_d.data(), qkv_d.data(),
+                                             out_d.data(), lse_d.data(), z.B, z.T, z.C, z.NH);
+        if (run == 0) {
+            first_dqkv = to_host(dqkv_d);
+            first_scratch = to_host(scratch_d);
+        } else {
+            check_same_bits(to_host(dqkv_d), first_dqkv, "dqkv, second run");
+            check_same_bits(to_host(scratch_d), first_scratch, "scratch, second run");
+        }
+    }
+    std::vector<double> ref_dqkv, ref_D;
+    ref.backward(ref_dqkv, ref_D, dout, out, lse);
+    check_close(as_doubles(first_scratch), ref_D, 1e-5, "D (scratch)");
+    check_close(as_doubles(first_dqkv), ref_dqkv, rounded_tolerance<T>(3e-5), "dqkv");
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("cuda flash attention at tensor-core head sizes matches its float64 reference",
+                   "[cuda][flash_attention]", float, snug::bfloat16, snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const bool mma = !std::is_same_v<TestType, float>;
+    const FlashSize sizes[] = {
+        {2, 1, 32, 2},     // T = 1, hs = 16
+        {1, 17, 32, 2},    // hs = 16, one partial tile
+        {2, 64, 96, 2},    // hs = 48 (the 64 kernel skipping its last channel step), one whole tile
+        {1, 65, 64, 1},    // hs = 64, a second tile of one row
+        {1, 130, 128, 1},  // hs = 128, three tiles, the last partial
+    };
+    for (const auto& z : sizes) check_flash<TestType>(rng, z, mma);
+}
+
+TEMPLATE_TEST_CASE("cuda flash attention at SIMT head sizes matches its float64 reference", "[cuda][flash_attention]",
+                   float, snug::bfloat16, snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const FlashSize sizes[] = {
+        {1, 1, 8, 1},     // T = 1, hs = 8
+        {2, 17, 48, 2},   // hs = 24
+        {1, 65, 24, 3},   // hs = 8, three heads, two tiles
+        {1, 130, 40, 1},  // hs = 40: a second, partial 32-channel pass; three tiles
+        {1, 70, 160, 1},  // hs = 160 > 128: five passes
+    };
+    for (const auto& z : sizes) check_flash<TestType>(rng, z, false);
+}
+
+TEST_CASE("cuda flash attention rejects bad sizes before launching", "[cuda][flash_attention]") {
+    const Cuda dev{};
+    float* f = nullptr;
+    snug::bfloat16* h = nullptr;
+    CHECK_THROWS_AS(snug::cuda::flash_attention_forward(dev, f, f, f, 2, 8, 50, 3), snug::ShapeError);
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, h, f, h, 2, 8, 50, 3),
+                      Contains("flash_attention_forward") && Contains("C = 50") && Contains("NH = 3"));
+    CHECK_THROWS_AS(snug::cuda::flash_attention_backward(dev, f, f, f, f, f, f, 2, 8, 48, 0), snug::ShapeError);
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, -1, 8, 48, 4), Contains("B = -1"));
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, f, f, f, 1 << 16, 1 << 16, 64, 1),
+                      Contains("2^31 - 1"));
+    // T = 0 or B = 0: nothing to launch.
+    snug::cuda::flash_attention_forward(dev, f, f, f, 2, 0, 48, 4);
+    snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, 0, 8, 48, 4);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
