@@ -5,7 +5,9 @@
 // parameter gradients within 1e-5 for every T, activations within 1e-5 (fp32)
 // or 1e-2 (16-bit), relative to |host| + rms(host). Sizes cover C = 1, C not a
 // multiple of 32, C > 1024, one row and many. The backward must give the same
-// bits on every run. Runs only where a GPU exists.
+// bits on every run. Each with and without a Blas on the device tag (its
+// workspace holds the parameter gradients' partial sums over row chunks).
+// Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -31,12 +33,16 @@ using namespace snug::test;
 
 namespace {
 
+// with_blas: the device tag carries a Blas, whose workspace holds the
+// parameter gradients' partial sums over row chunks (without it, one chunk).
 template <class T>
-void check_layernorm(snug::Generator& rng, std::int64_t N, int C) {
-    INFO("N = " << N << ", C = " << C);
+void check_layernorm(snug::Generator& rng, std::int64_t N, int C, bool with_blas) {
+    INFO("N = " << N << ", C = " << C << (with_blas ? ", row chunks in the Blas workspace" : ", one row chunk"));
     MemoryTracker tracker;
     const snug::Host host;
-    const Cuda dev{};
+    snug::cuda::Blas blas(tracker);
+    Cuda dev{};
+    if (with_blas) dev.blas = &blas;
     const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
     const auto rows = static_cast<std::size_t>(N);
     const auto inp = random_values<T>(rng, n, -2.0f, 3.0f);  // rows with a mean to remove
@@ -88,7 +94,13 @@ TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda]
     INFO("seed " << seed);
     snug::Generator rng(seed);
     const std::pair<std::int64_t, int> sizes[] = {{1, 1}, {3, 1}, {1, 37}, {7, 100}, {64, 768}, {1000, 33}, {5, 1601}};
-    for (const auto& [N, C] : sizes) check_layernorm<TestType>(rng, N, C);
+    for (const auto& [N, C] : sizes) {
+        check_layernorm<TestType>(rng, N, C, false);
+        check_layernorm<TestType>(rng, N, C, true);
+    }
+    CHECK(snug::cuda::detail::layernorm_params_chunks(1000, 33, std::size_t{1} << 20) == 16);  // 1000 / 64 rows
+    CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, std::size_t{1} << 20) == 170);  // 2^18 / 1536
+    CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, 0) == 1);
 }
 
 TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[cuda][layernorm]") {
@@ -96,9 +108,11 @@ TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[
     INFO("seed " << seed);
     snug::Generator rng(seed);
     MemoryTracker tracker;
+    snug::cuda::Blas blas(tracker);
     cudaStream_t stream = nullptr;
     snug::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const Cuda dev{stream};
+    Cuda dev{stream};
+    dev.blas = &blas;  // 65 row chunks for the parameter gradients
     const std::int64_t N = 4099;
     const int C = 768;
     const auto n = static_cast<std::size_t>(N) * C;

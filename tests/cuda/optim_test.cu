@@ -122,7 +122,13 @@ TEST_CASE("cuda sum_squares matches the host's double sum and is deterministic",
     INFO("seed " << seed);
     snug::Generator rng(seed);
     const snug::Host host;
-    const Cuda dev{};
+    MemoryTracker blas_tracker;
+    snug::cuda::Blas blas(blas_tracker);
+    // Partial sums in stream-ordered memory, or in the Blas workspace (what a training step uses).
+    Cuda dev{};
+    const bool with_blas = GENERATE(false, true);
+    INFO((with_blas ? "partial sums in the Blas workspace" : "partial sums from cudaMallocAsync"));
+    if (with_blas) dev.blas = &blas;
     for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{1000}, std::int64_t{300'007},
                                  std::int64_t{5'000'017}}) {
         INFO("n = " << n);

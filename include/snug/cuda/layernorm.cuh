@@ -5,6 +5,7 @@
 
 #include "snug/cuda/runtime.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat
 #include "snug/cuda/launch.hpp"
+#include "snug/cuda/linear.cuh"  // Blas workspace, bias_grad_finish_kernel
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
 #include "snug/ops/layernorm.hpp"
@@ -103,18 +105,28 @@ __global__ void __launch_bounds__(layernorm_rows_per_block * 32)
     }
 }
 
-// dweight[c] += sum_n dout[n, c] xhat[n, c], dbias[c] += sum_n dout[n, c].
-// Block b owns channels 32b .. 32b + 31 (one per lane, so a warp reads 32
-// consecutive channels of a row) and all N rows: row lane k sums rows
-// k, k + 16, ... in order, then lane 0 adds the 16 partial sums in order and
-// adds the total to the gradient once. Every channel has one owner and a fixed
-// order of additions: deterministic on any GPU, no atomics, no scratch memory.
-// Cost: dout and inp are read a second time (column-wise), and only
-// ceil(C / 32) blocks run, which leaves a large GPU partly idle for small C.
+// dweight[c] += sum_n dout[n, c] xhat[n, c], dbias[c] += sum_n dout[n, c],
+// in two deterministic steps (a fixed order of additions for given N, C and
+// chunk count; no atomics):
+// 1. layernorm_backward_params_kernel: block (x, y) owns channels 32x ..
+//    32x + 31 (one per lane, so a warp reads 32 consecutive channels of a row)
+//    over row chunk y: row lane k sums rows begin + k, begin + k + 16, ... in
+//    order, then lane 0 adds the 16 lane sums in order. With one chunk it adds
+//    the totals into the gradients; with several it writes them to
+//    partial[y, c] (dweight's) and partial[chunks + y, c] (dbias's).
+// 2. bias_grad_finish_kernel (linear.cuh), once for each: the chunks' partial
+//    sums in chunk order, added to the gradient.
+// Chunks of about 64 rows, at most 256 and what the Blas workspace holds:
+// (C / 32) x chunks blocks fill a large GPU where C / 32 alone (24 at C = 768)
+// would leave it mostly idle.
+inline constexpr std::int64_t layernorm_params_rows_per_chunk = 64;
+inline constexpr std::int64_t layernorm_params_max_chunks = 256;
+
 template <class T>
 __global__ void __launch_bounds__(32 * layernorm_row_lanes)
-    layernorm_backward_params_kernel(float* dweight,     // (C) +=
-                                     float* dbias,       // (C) +=
+    layernorm_backward_params_kernel(float* dweight,     // (C) += when gridDim.y == 1
+                                     float* dbias,       // (C) += when gridDim.y == 1
+                                     float* partial,     // (2 gridDim.y, C) otherwise
                                      const T* dout,      // (N, C)
                                      const T* inp,       // (N, C)
                                      const float* mean,  // (N)
@@ -130,9 +142,12 @@ __global__ void __launch_bounds__(32 * layernorm_row_lanes)
     const int lane = static_cast<int>(threadIdx.x);
     const int row_lane = static_cast<int>(threadIdx.y);
     const int c = static_cast<int>(blockIdx.x) * 32 + lane;
+    const std::int64_t chunks = gridDim.y;
+    const std::int64_t begin = N * blockIdx.y / chunks;
+    const std::int64_t end = N * (blockIdx.y + 1) / chunks;
     float sw = 0.0f, sb = 0.0f;
     if (c < C) {
-        for (std::int64_t n = row_lane; n < N; n += layernorm_row_lanes) {
+        for (std::int64_t n = begin + row_lane; n < end; n += layernorm_row_lanes) {
             const float d = static_cast<float>(dout[n * C + c]);
             const float xhat = (static_cast<float>(inp[n * C + c]) - mean[n]) * rstd[n];
             sw += d * xhat;
@@ -142,15 +157,28 @@ __global__ void __launch_bounds__(32 * layernorm_row_lanes)
     part_w[row_lane][lane] = sw;
     part_b[row_lane][lane] = sb;
     __syncthreads();
-    if (row_lane == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < layernorm_row_lanes; ++k) {
-            tw += part_w[k][lane];
-            tb += part_b[k][lane];
-        }
+    if (row_lane != 0 || c >= C) return;
+    float tw = 0.0f, tb = 0.0f;
+    for (int k = 0; k < layernorm_row_lanes; ++k) {
+        tw += part_w[k][lane];
+        tb += part_b[k][lane];
+    }
+    if (chunks == 1) {
         dweight[c] += tw;
         dbias[c] += tb;
+    } else {
+        partial[blockIdx.y * std::int64_t{C} + c] = tw;
+        partial[(chunks + blockIdx.y) * std::int64_t{C} + c] = tb;
     }
+}
+
+// Row chunks for the parameter gradients of N rows of C channels: about 64
+// rows each, at most 256, at most what `scratch_bytes` holds (2 chunks x C
+// floats each); 1 without scratch.
+inline int layernorm_params_chunks(std::int64_t N, int C, std::size_t scratch_bytes) {
+    const std::int64_t fits = static_cast<std::int64_t>(scratch_bytes / sizeof(float)) / (2 * std::int64_t{C});
+    const std::int64_t wanted = (N + layernorm_params_rows_per_chunk - 1) / layernorm_params_rows_per_chunk;
+    return static_cast<int>(std::max<std::int64_t>(1, std::min({wanted, layernorm_params_max_chunks, fits})));
 }
 
 inline unsigned layernorm_row_blocks(std::int64_t N) {
@@ -180,9 +208,9 @@ void layernorm_forward(const Device& dev, T* out,  // (N, C)
 // With xhat = (inp - mean) * rstd and g = weight * dout, per row:
 //   dinp    += (g - mean_c(g) - xhat * mean_c(g * xhat)) * rstd   (T, accumulates)
 //   dweight += sum_n dout * xhat,  dbias += sum_n dout               (fp32)
-// Deterministic: fixed reduction trees, one owner per output element (see
-// layernorm_backward_params_kernel for the cost). Throws ShapeError for a
-// negative size or C == 0.
+// Deterministic: fixed reduction trees, one owner per output element, the
+// parameter gradients' row chunks (layernorm_backward_params_kernel) added in
+// order. Throws ShapeError for a negative size or C == 0.
 template <CudaFloat T>
 void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         float* dweight,              // (C) +=
@@ -198,9 +226,20 @@ void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
     launch<detail::layernorm_backward_input_kernel<T>>(detail::layernorm_row_blocks(N),
                                                        detail::layernorm_rows_per_block * 32, 0, dev.stream, dinp,
                                                        dout, inp, weight, mean, rstd, N, C);
+    // Partial sums live in the Blas workspace (free between GEMMs on this
+    // stream); without a Blas on the device tag, one chunk.
+    float* partial = dev.blas != nullptr ? static_cast<float*>(dev.blas->workspace()) : nullptr;
+    const int chunks = detail::layernorm_params_chunks(N, C, dev.blas != nullptr ? dev.blas->workspace_bytes() : 0);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
     const dim3 block(32, detail::layernorm_row_lanes);
-    launch<detail::layernorm_backward_params_kernel<T>>(static_cast<unsigned>((C + 31) / 32), block, 0, dev.stream,
-                                                        dweight, dbias, dout, inp, mean, rstd, N, C);
+    launch<detail::layernorm_backward_params_kernel<T>>(grid, block, 0, dev.stream, dweight, dbias, partial, dout, inp,
+                                                        mean, rstd, N, C);
+    if (chunks > 1) {
+        const auto finish_blocks = static_cast<unsigned>((C + 255) / 256);
+        launch<detail::bias_grad_finish_kernel<float>>(finish_blocks, 256, 0, dev.stream, dweight, partial, chunks, C);
+        launch<detail::bias_grad_finish_kernel<float>>(finish_blocks, 256, 0, dev.stream, dbias,
+                                                       partial + std::int64_t{chunks} * C, chunks, C);
+    }
 }
 
 }  // namespace snug::cuda

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "snug/cuda/blas.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"
@@ -133,20 +134,29 @@ __global__ void __launch_bounds__(norm_threads)
 // kernel. Deterministic: a fixed grid of at most 1024 blocks (chosen from n
 // alone) sums fixed strided subsets, then one block adds the partial sums by a
 // fixed tree, so the result is the same bits every run and on every GPU. The
-// partial sums (8 KiB at most) live in stream-ordered memory from the
-// runtime's pool (cudaMallocAsync), freed on the same stream.
+// partial sums (8 KiB at most) go in the Blas workspace when the device tag
+// carries a Blas (tracked memory, free between GEMMs on this stream; what a
+// training step has), otherwise in stream-ordered memory from the runtime's
+// pool (cudaMallocAsync), freed on the same stream.
 // Throws ShapeError for n < 0.
 inline void sum_squares(const Device& dev, float* out,  // scalar, device memory
                         const float* grad,              // (n)
                         std::int64_t n) {
     ops::check_non_negative("sum_squares", {{"n", n}});
     const int blocks = static_cast<int>(detail::grid_stride_blocks(n, detail::norm_threads, detail::norm_max_blocks));
-    double* partial = nullptr;
-    check(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(double) * static_cast<std::size_t>(blocks),
-                          dev.stream));
-    try {
+    const std::size_t partial_bytes = sizeof(double) * static_cast<std::size_t>(blocks);
+    auto run = [&](double* partial) {
         launch<detail::sum_squares_partial_kernel<float>>(blocks, detail::norm_threads, 0, dev.stream, partial, grad, n);
         launch<detail::sum_squares_final_kernel<float>>(1, detail::norm_threads, 0, dev.stream, out, partial, blocks);
+    };
+    if (dev.blas != nullptr && dev.blas->workspace_bytes() >= partial_bytes) {
+        run(static_cast<double*>(dev.blas->workspace()));
+        return;
+    }
+    double* partial = nullptr;
+    check(cudaMallocAsync(reinterpret_cast<void**>(&partial), partial_bytes, dev.stream));
+    try {
+        run(partial);
     } catch (...) {
         (void)cudaFreeAsync(partial, dev.stream);
         throw;
