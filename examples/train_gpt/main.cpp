@@ -98,6 +98,10 @@ int run(int argc, char** argv) {
     app.add_option("--attention", attention,
                    "flash (keeps one log-sum-exp per row) or materialized (keeps the B NH T T probabilities)")
         ->check(CLI::IsMember({"flash", "materialized"}));
+    app.add_option("--classifier-chunk", o.classifier_chunk,
+                   "tokens per chunk of the output head and loss (0: automatic, the logits of a chunk about the size "
+                   "of the hidden states)")
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
     app.add_option("--warmup", o.warmup, "linear warmup updates")->check(CLI::NonNegativeNumber);
     app.add_option("--min-lr-frac", o.min_lr_frac, "cosine decay floor as a fraction of --lr")->check(CLI::Range(0.0, 1.0));

@@ -222,7 +222,10 @@ TEMPLATE_TEST_CASE("cuda gelu forward and backward match the host", "[cuda][gelu
             check_close(out_dev_cmp, out_cmp, out_scale, tolerance<T>(), "gelu_forward");
             check_close(dinp_dev_cmp, dinp_cmp, dinp_scale, tolerance<T>(), "gelu_backward");
 
-            // In place: out = inp, and dinp = dout.
+            // In place: dinp = inp (on a copy of the inputs), dinp = dout, and out = inp.
+            auto x_copy_d = on_device(tracker, x, offset);
+            gelu_backward(dev, x_copy_d.data(), x_copy_d.data(), dout_d.data(), n);
+            check_same_bits(to_host(x_copy_d, count), dinp_dev, "gelu_backward in place of inp", NanMatch::any_nan);
             gelu_backward(dev, dout_d.data(), x_d.data(), dout_d.data(), n);
             gelu_forward(dev, x_d.data(), x_d.data(), n);
             check_same_bits(to_host(dout_d, count), dinp_dev, "gelu_backward in place", NanMatch::any_nan);

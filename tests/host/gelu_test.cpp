@@ -217,6 +217,10 @@ TEST_CASE("gelu on a size that takes the parallel path", "[gelu]") {
     }
     CHECK(bad == 0);
     CHECK(out.back() == out.back());  // not NaN: the tail was written
+    // In place of the input (as the GPT block's backward runs it): the same bits.
+    std::vector<float> in_place = x;
+    snug::host::gelu_backward(dev, in_place.data(), in_place.data(), ones.data(), n);
+    CHECK(in_place == d);
 }
 
 TEMPLATE_TEST_CASE("gelu 16-bit = float kernel on the rounded inputs, rounded once (RNE)", "[gelu]", half,

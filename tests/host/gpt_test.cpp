@@ -89,21 +89,25 @@ TEST_CASE("memory is accounted exactly: parameters, gradients, activations, temp
     //   their mean and rstd (4 N floats), qkv (3 N C A), what attention keeps
     //   (flash: one fp32 log-sum-exp per row, 4 B NH T; materialised: the
     //   probabilities, B NH T² A), attention output and the residual (N C A each),
-    //   the MLP hidden before and after GELU (4 N C A each); ln_f (N C A + 8 N);
-    //   logits (N Vp A); the per-token losses (4 N) for a moment at the end of forward.
+    //   the MLP hidden before and after GELU (4 N C A each); ln_f's mean and rstd
+    //   (8 N) and the head's gradient for ln_f (N C A). No logits: the head ran
+    //   a chunk at a time in scratch.
     const std::size_t A = 4, N = B * T, C = static_cast<std::size_t>(c.channels), L = 2, NH = 3,
                       Vp = static_cast<std::size_t>(c.padded_vocab_size);
     const bool flash = c.attention == snug::AttentionKind::flash;
     const std::size_t att = flash ? 4 * B * NH * T : A * B * NH * T * T;
-    const std::size_t activations =
-        A * (N * C + L * 16 * N * C + N * C + N * Vp) + L * att + 16 * L * N + 8 * N + 4 * N;
+    const std::size_t activations = A * (N * C + L * 16 * N * C + N * C) + L * att + 16 * L * N + 8 * N;
     CHECK(run.tracker.peak(MemoryCategory::activations) == activations);
-    // Backward's temporaries: two (N, C) residual-stream gradients, plus one
-    // block's: MLP hidden (4 N C), two (N, C), d qkv (3 N C) and attention's
-    // scratch, as large as what it keeps (flash: D per row; materialised: dS)
-    // (ln_f's (N, C) gradient is gone before the blocks start).
-    const std::size_t temporaries = A * (2 * N * C + 9 * N * C) + att;
-    CHECK(run.tracker.peak(MemoryCategory::temporaries) == temporaries);
+    // Temporaries: the larger of the head's in forward — ln_f (N C A), the
+    // per-token losses (4 N) and one chunk of logits: the automatic chunk is
+    // at least 128 rows, so here all N (N Vp A) — and backward's: two (N, C) residual-stream gradients
+    // plus, within a block, the larger of the MLP's hidden gradient (4 N C)
+    // and attention's d out and d qkv (N C + 3 N C) with its scratch, as large
+    // as what it keeps (flash: D per row; materialised: dS).
+    const std::size_t head = A * N * C + 4 * N + N * Vp * A;
+    const std::size_t block_backward = A * (2 * N * C + 4 * N * C) + att;
+    CHECK(head < block_backward);
+    CHECK(run.tracker.peak(MemoryCategory::temporaries) == block_backward);
     CHECK(run.tracker.current(MemoryCategory::activations) == 0);
     CHECK(run.tracker.current(MemoryCategory::temporaries) == 0);
 }
@@ -189,6 +193,60 @@ TEST_CASE("flash and materialised attention train the same GPT") {
     // Per block: B NH T² fp32 probabilities kept, against B NH T fp32 statistics.
     const std::size_t saved = std::size_t{2} * B * 3 * (std::size_t{T} * T * 4 - std::size_t{T} * 4);
     CHECK(materialized.activation_peak - flash.activation_peak == saved);
+}
+
+TEST_CASE("any classifier chunk trains the same GPT, and sampling's logits are the last position's") {
+    GPTConfig c = tiny();
+    const auto weights = snug::gpt_initial_weights(c, 31);
+    const int B = 2, T = 12;
+    const auto tokens = random_tokens(B * T, c.vocab_size, 32), targets = random_tokens(B * T, c.vocab_size, 33);
+    struct Result {
+        float loss;
+        std::vector<float> grads;
+        std::size_t temporaries_peak;
+    };
+    auto pass = [&](std::int64_t chunk) {
+        GPTConfig k = c;
+        k.classifier_chunk = chunk;
+        snug::test::HostRun run;
+        snug::GPT<float, snug::Host> model(k, run.tracker);
+        model.load_weights(run.ctx.device, weights);
+        model.zero_grad(run.ctx.device);
+        const float loss = model.forward(run.ctx, tokens.data(), targets.data(), B, T, 1.0f / (B * T));
+        model.backward(run.ctx, tokens.data());
+        return Result{loss, std::vector<float>(model.gradients(), model.gradients() + model.num_parameters()),
+                      run.tracker.peak(MemoryCategory::temporaries)};
+    };
+    const Result whole = pass(B * T);  // one chunk: the unchunked head
+    float largest = 0;
+    for (float g : whole.grads) largest = std::max(largest, std::abs(g));
+    REQUIRE(largest > 0);
+    for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}}) {
+        INFO("chunk " << chunk);
+        const Result r = pass(chunk);
+        CHECK(std::abs(r.loss - whole.loss) <= 1e-6f * whole.loss);
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < r.grads.size(); ++i)
+            off += std::abs(r.grads[i] - whole.grads[i]) > 1e-5f * largest ? 1 : 0;
+        CHECK(off == 0);
+    }
+
+    // Sampling's forward keeps B rows of logits: each the whole forward's last.
+    snug::test::HostRun run;
+    snug::GPT<float, snug::Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, weights);
+    model.forward(run.ctx, tokens.data(), nullptr, B, T, 0.0f);
+    const std::vector<float> all(model.logits().data(), model.logits().data() + std::size_t{B} * T * 64);
+    model.release(run.ctx);
+    model.forward_last(run.ctx, tokens.data(), B, T);
+    REQUIRE(model.logits().shape()[1] == 1);
+    const float* last = model.logits().data();
+    for (int b = 0; b < B; ++b)
+        for (int v = 0; v < 64; ++v)
+            CHECK(std::abs(last[b * 64 + v] - all[static_cast<std::size_t>((b * T + T - 1) * 64 + v)]) <= 1e-6f);
+    model.release(run.ctx);
+    CHECK(run.tracker.current(MemoryCategory::activations) == 0);
+    CHECK(run.tracker.current(MemoryCategory::temporaries) == 0);
 }
 
 TEMPLATE_TEST_CASE("a 16-bit GPT tracks the fp32 one", "", snug::bfloat16, snug::half) {

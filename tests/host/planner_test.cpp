@@ -85,7 +85,7 @@ Measured run_like_trainer(const GPTConfig& c, int B, int T, int n, Checkpoint ch
         snug::Buffer<std::int32_t, snug::Host> ids(run.tracker, MemoryCategory::workspace,
                                                    static_cast<std::size_t>(c.max_seq_len), "sampling window");
         for (int i = 0; i < window; ++i) ids.data()[i] = tokens.data()[i % static_cast<int>(count)];
-        model.forward(run.ctx, ids.data(), nullptr, 1, window, 0.0f);
+        model.forward_last(run.ctx, ids.data(), 1, window);  // as train/sampling.hpp does
         model.release(run.ctx);
     }
     Measured m;
@@ -223,16 +223,18 @@ TEST_CASE("categories that a hand count gives") {
     CHECK(plan[MemoryCategory::optimizer_state] == 7872 * 8);
     // cuBLASLt 1000, ids 2·3·2·8·4 = 384, two scalars 8, the window 16·4 = 64.
     CHECK(plan[MemoryCategory::workspace] == 1000 + 384 + 8 + 64);
-    // Backward of a block: two (B, T, C) gradients and the block's nine, and
-    // flash attention's fp32 row sums (B, NH, T): 11 · 2·8·16·2 + 2·2·8·4 = 5632 + 128.
-    CHECK(plan[MemoryCategory::temporaries] == 5760);
-    // The materialised attention's scratch is (B, NH, T, T) of bf16 instead: 5632 + 2·2·8·8·2.
+    // Backward of a block, at attention: two (B, T, C) residual-stream
+    // gradients, d attention out (one) and d qkv (three), and flash
+    // attention's fp32 row sums (B, NH, T): 6 · 2·8·16·2 + 2·2·8·4 = 3072 + 128
+    // (the MLP's hidden gradient, four (B, T, C), is gone by then).
+    CHECK(plan[MemoryCategory::temporaries] == 3200);
+    // The materialised attention's scratch is (B, NH, T, T) of bf16 instead: 3072 + 2·2·8·8·2.
     in.model.attention = snug::AttentionKind::materialized;
-    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 5632 + 512);
+    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 3072 + 512);
     in.model.attention = snug::AttentionKind::flash;
     in.precision = PrecisionKind::fp32;
     CHECK(snug::predict_memory(in)[MemoryCategory::master_weights] == 0);
-    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 2 * 5632 + 128);
+    CHECK(snug::predict_memory(in)[MemoryCategory::temporaries] == 2 * 3072 + 128);
 
     CHECK_THROWS_AS(snug::predict_memory(plan_input(c, PrecisionKind::fp32, 1, 17, 1, {}, 0, 0)),
                     snug::ConfigError);

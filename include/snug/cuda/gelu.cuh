@@ -38,7 +38,7 @@ void gelu_forward(const Device& dev, T* out,  // (n)
     if (n > 0) detail::map1(dev, out, inp, n, detail::GeluForward{});
 }
 
-// dinp = gelu'(inp) * dout, elementwise, overwriting; dinp may equal dout.
+// dinp = gelu'(inp) * dout, elementwise, overwriting; dinp may equal inp or dout.
 template <CudaFloat T>
 void gelu_backward(const Device& dev, T* dinp,  // (n)
                    const T* inp,                // (n)

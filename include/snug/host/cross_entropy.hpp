@@ -89,6 +89,17 @@ float cross_entropy_row(T* x, std::int32_t target, int V, int Vp, float dloss) {
 
 }  // namespace detail
 
+// Throws snug::Error naming the first target id outside [0, V) and its row
+// (targets (N) in host memory).
+inline void check_targets(const char* op, const std::int32_t* targets, std::int64_t N, int V) {
+    for (std::int64_t i = 0; i < N; ++i) {
+        if (targets[i] < 0 || targets[i] >= V) {
+            throw Error(std::string(op) + ": target id " + std::to_string(targets[i]) + " in row " +
+                        std::to_string(i) + " is outside [0, V = " + std::to_string(V) + ")");
+        }
+    }
+}
+
 // losses[i] = -log softmax(logits[i, 0..V))[targets[i]], in fp32 (double math
 // for double). When dloss != 0 the logits are replaced by the gradient of
 // dloss * sum_i losses[i]: (softmax - onehot(target)) * dloss, rounded once to
@@ -109,13 +120,7 @@ void softmax_cross_entropy(const Device&, float* losses,  // (N)
         throw Error(std::string(op) + ": " + (losses == nullptr ? "losses" : logits == nullptr ? "logits" : "targets") +
                     " is null (N = " + std::to_string(N) + ")");
     }
-    // Every target is checked before anything is written.
-    for (std::int64_t i = 0; i < N; ++i) {
-        if (targets[i] < 0 || targets[i] >= V) {
-            throw Error(std::string(op) + ": target id " + std::to_string(targets[i]) + " in row " +
-                        std::to_string(i) + " is outside [0, V = " + std::to_string(V) + ")");
-        }
-    }
+    check_targets(op, targets, N, V);  // every target before anything is written
     // About 16k exponentials per range: tens of microseconds.
     const std::int64_t grain = std::max<std::int64_t>(1, 16384 / V);
     parallel_ranges(N, grain, [&](std::int64_t begin, std::int64_t end) {

@@ -81,7 +81,7 @@ void gelu_forward(const Device&, T* out,  // (n)
     });
 }
 
-// dinp = gelu'(inp) * dout, elementwise, overwriting; dinp may equal dout.
+// dinp = gelu'(inp) * dout, elementwise, overwriting; dinp may equal inp or dout.
 template <HostFloat T>
 void gelu_backward(const Device&, T* dinp,  // (n)
                    const T* inp,            // (n)

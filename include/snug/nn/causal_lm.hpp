@@ -33,6 +33,7 @@
 #include "snug/core/memory_tracker.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
+#include "snug/nn/classifier.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/module.hpp"
@@ -50,6 +51,7 @@ struct CausalLMConfig {
     int max_seq_len = 0;        // T at most this
     int n_layer = 0;
     BlockShape block{};
+    std::int64_t classifier_chunk = 0;  // tokens per chunk of the head and loss (nn/classifier.hpp; 0: automatic)
 };
 
 template <class Family, class Act, DeviceTag D>
@@ -109,50 +111,61 @@ public:
     static constexpr bool supports_selective() { return SelectiveLayer<Block>; }
 
     // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
-    // the mean per-token cross-entropy; with dloss != 0 the logits become their
-    // gradient (d objective / d each token's loss = dloss) and backward() must
-    // follow, otherwise release(). Without targets the result is NaN and the
-    // logits (B, T, Vp) stay readable until release().
+    // the mean per-token cross-entropy, a chunk of tokens at a time
+    // (nn/classifier.hpp: config().classifier_chunk, 0 automatic); with dloss
+    // != 0 (d objective / d each token's loss) the head's backward runs there
+    // too and backward() must follow, otherwise release(). Without targets the
+    // result is NaN and the logits (B, T, Vp) are computed whole and stay
+    // readable until release().
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                   float dloss) {
-        if (pending_ != Pending::none)
-            throw Error("CausalLM::forward: the previous pass was not finished (call backward() or release())");
-        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
-            throw ShapeError("CausalLM::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
-                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
         if (dloss != 0.0f && targets == nullptr)
             throw Error("CausalLM::forward: a training pass (dloss != 0) needs targets");
-        B_ = B;
-        T_ = T;
+        forward_to_final_norm(ctx, tokens, B, T);
         const std::int64_t N = std::int64_t{B} * T, Vp = config_.padded_vocab_size;
-        const D& dev = ctx.device;
         auto& a = ctx.activations;
-        mark_ = a.mark();
-        Act* x0 = a.template push<Act>(N * C_, "embedding");
-        encoder_forward(dev, x0, tokens, param(embed_), positions_ >= 0 ? param(positions_) : nullptr, B, T, C_);
-        x_last_ = blocks_.forward(ctx, TensorView<const Act, D>(x0, {B, T, C_})).data();
-        head_mark_ = a.mark();
-        normed_ = a.template push<Act>(N * C_, "final norm");
-        norm_.forward(a, dev, normed_, x_last_, N);
-        logits_ = a.template push<Act>(N * Vp, "logits");
-        linear_forward(dev, logits_, normed_, param(head_), static_cast<const Act*>(nullptr), N, C_,
-                       config_.padded_vocab_size);
         pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
-        if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
-
-        float* losses = a.template push<float>(N, "losses");
-        softmax_cross_entropy(dev, losses, logits_, targets, N, config_.vocab_size, config_.padded_vocab_size, dloss);
-        std::vector<float> host_losses(static_cast<std::size_t>(N));
-        download(dev, host_losses.data(), losses, N);
-        a.pop(losses);
-        double sum = 0.0;
-        for (float l : host_losses) sum += l;
-        return static_cast<float>(sum / static_cast<double>(N));
+        if (targets == nullptr) {
+            logits_ = a.template push<Act>(N * Vp, "logits");
+            logits_rows_ = T;
+            linear_forward(ctx.device, logits_, normed_, param(head_), static_cast<const Act*>(nullptr), N, C_,
+                           config_.padded_vocab_size);
+            return std::numeric_limits<float>::quiet_NaN();
+        }
+        float loss = 0.0f;
+        try {
+            if (dloss != 0.0f) dnormed_ = a.template push<Act>(N * C_, "d final norm (from the head)");
+            loss = classifier_loss(ctx, dnormed_, dloss != 0.0f ? grad(head_) : nullptr, normed_, param(head_),
+                                   targets, N, C_, config_.vocab_size, config_.padded_vocab_size, dloss,
+                                   config_.classifier_chunk);
+        } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
+            ctx.scratch.release_to(scratch_mark_);
+            a.release_to(mark_);
+            end_pass();
+            throw;
+        }
+        ctx.scratch.pop(normed_);
+        normed_ = nullptr;
+        return loss;
     }
 
+    // Forward over tokens (B, T) keeping only each sequence's last logits
+    // (B, 1, Vp), readable through logits() until release(): what sampling
+    // the next token needs.
+    void forward_last(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        forward_to_final_norm(ctx, tokens, B, T);
+        pending_ = Pending::release;
+        logits_ = ctx.activations.template push<Act>(std::int64_t{B} * config_.padded_vocab_size, "last logits");
+        logits_rows_ = 1;
+        last_position_logits(ctx.device, logits_, normed_, param(head_), B, T, C_, config_.padded_vocab_size);
+    }
+
+    // Logits (B, T, Vp) of the last forward without targets, or (B, 1, Vp) of
+    // forward_last; valid until release().
     TensorView<Act, D> logits() const {
-        if (pending_ == Pending::none) throw Error("CausalLM::logits: no forward pass is in progress");
-        return {logits_, {B_, T_, config_.padded_vocab_size}};
+        if (pending_ == Pending::none || logits_ == nullptr)
+            throw Error("CausalLM::logits: no forward pass without targets is in progress");
+        return {logits_, {B_, logits_rows_, config_.padded_vocab_size}};
     }
 
     // Adds this pass's parameter gradients into gradients() and frees the
@@ -164,22 +177,18 @@ public:
         const D& dev = ctx.device;
         auto& tmp = ctx.scratch;
         const auto scratch_mark = tmp.mark();
+        // The head's backward ran in forward (classifier_loss); the final norm's is here.
         Act* dres = tmp.template push<Act>(N * C_, "d residual");
         Act* dother = tmp.template push<Act>(N * C_, "d residual (other)");
-        Act* dnormed = tmp.template push<Act>(N * C_, "d final norm");
-        linear_backward(dev, dnormed, grad(head_), static_cast<float*>(nullptr), logits_, normed_, param(head_), N, C_,
-                        config_.padded_vocab_size);
         fill_zero(dev, dres, N * C_);
-        norm_.backward(dev, dres, dnormed, x_last_, N);
-        tmp.pop(dnormed);
-        // The head's activations (the logits above all) go before the blocks'
-        // backward, which may recompute.
+        norm_.backward(dev, dres, dnormed_, x_last_, N);
+        // The head's activations go before the blocks' backward, which may recompute.
         ctx.activations.release_to(head_mark_);
         dres = blocks_.backward(ctx, dres, dother);
         encoder_backward(dev, grad(embed_), positions_ >= 0 ? grad(positions_) : nullptr, dres, tokens, B_, T_, C_);
         tmp.release_to(scratch_mark);
         ctx.activations.release_to(mark_);
-        pending_ = Pending::none;
+        end_pass();
     }
 
     // Ends a forward pass that is not followed by backward (evaluation, sampling).
@@ -187,8 +196,9 @@ public:
         if (pending_ == Pending::none) return;
         if (pending_ == Pending::backward)
             throw Error("CausalLM::release: this forward pass was a training pass; call backward()");
+        ctx.scratch.release_to(scratch_mark_);
         ctx.activations.release_to(mark_);
-        pending_ = Pending::none;
+        end_pass();
     }
 
     // Mean validation loss of one batch, leaving no trace in the gradients.
@@ -201,6 +211,34 @@ public:
 private:
     enum class Pending { none, backward, release };
 
+    // The embedding, the blocks and the final norm: normed_ (B T, C) in
+    // ctx.scratch (the caller pops it), the norm's statistics kept for backward.
+    void forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        if (pending_ != Pending::none)
+            throw Error("CausalLM::forward: the previous pass was not finished (call backward() or release())");
+        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
+            throw ShapeError("CausalLM::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
+                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
+        B_ = B;
+        T_ = T;
+        const std::int64_t N = std::int64_t{B} * T;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        mark_ = a.mark();
+        scratch_mark_ = ctx.scratch.mark();
+        Act* x0 = a.template push<Act>(N * C_, "embedding");
+        encoder_forward(dev, x0, tokens, param(embed_), positions_ >= 0 ? param(positions_) : nullptr, B, T, C_);
+        x_last_ = blocks_.forward(ctx, TensorView<const Act, D>(x0, {B, T, C_})).data();
+        head_mark_ = a.mark();
+        normed_ = ctx.scratch.template push<Act>(N * C_, "final norm");
+        norm_.forward(a, dev, normed_, x_last_, N);
+    }
+
+    void end_pass() {
+        pending_ = Pending::none;
+        normed_ = dnormed_ = logits_ = nullptr;
+    }
+
     static Config validated(const Config& c) {
         auto bad = [](const std::string& what) { throw ConfigError("CausalLM config: " + what); };
         if (c.vocab_size <= 0) bad("vocab_size " + std::to_string(c.vocab_size) + " must be positive");
@@ -209,6 +247,8 @@ private:
                 std::to_string(c.vocab_size));
         if (c.max_seq_len <= 0) bad("max_seq_len " + std::to_string(c.max_seq_len) + " must be positive");
         if (c.n_layer <= 0) bad("n_layer " + std::to_string(c.n_layer) + " must be positive");
+        if (c.classifier_chunk < 0)
+            bad("classifier_chunk " + std::to_string(c.classifier_chunk) + " must be 0 (automatic) or positive");
         const int C = Family::channels(c.block);
         if (C <= 0) bad("channels " + std::to_string(C) + " must be positive");
         if constexpr (!std::is_same_v<D, Host> && !std::is_same_v<D, Meter>) {
@@ -246,10 +286,13 @@ private:
     Pending pending_ = Pending::none;
     int B_ = 0, T_ = 0;
     typename ActivationArena<D>::Mark mark_{};       // before the embedding
-    typename ActivationArena<D>::Mark head_mark_{};  // before the final norm and the logits
-    Act* x_last_ = nullptr;                          // (B, T, C) the last block's output
-    Act* normed_ = nullptr;                          // (B, T, C)
-    Act* logits_ = nullptr;                          // (B, T, Vp)
+    typename ActivationArena<D>::Mark head_mark_{};  // before the final norm's statistics and the head's
+    typename ActivationArena<D>::Mark scratch_mark_{};
+    Act* x_last_ = nullptr;   // (B, T, C) the last block's output
+    Act* normed_ = nullptr;   // (B, T, C) in scratch until the head is done
+    Act* dnormed_ = nullptr;  // (B, T, C) training: d loss / d normed, from the head
+    Act* logits_ = nullptr;   // (B, logits_rows_, Vp) without targets
+    int logits_rows_ = 0;
 };
 
 }  // namespace snug

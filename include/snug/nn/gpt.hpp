@@ -26,6 +26,7 @@
 #include "snug/core/rng.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
+#include "snug/nn/classifier.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
@@ -95,58 +96,65 @@ public:
     std::vector<ParameterGroup> parameter_groups() const { return gpt_parameter_groups(config_); }
 
     // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
-    // computes the per-token cross-entropy and returns its mean; with dloss != 0
-    // it also turns the logits into their gradient for backward, where dloss is
-    // d(objective)/d(each token's loss), e.g. loss_scale / (B T accumulation_steps).
-    // Then backward() must follow; otherwise release() ends the pass (the logits,
-    // (B, T, Vp), stay readable until then). Without targets the result is NaN.
+    // returns the mean per-token cross-entropy, computed a chunk of tokens at a
+    // time (nn/classifier.hpp: config().classifier_chunk rows, 0 automatic) so
+    // the logits never exist whole; with dloss != 0 (d objective / d each
+    // token's loss, e.g. loss_scale / (B T accumulation_steps)) the head's
+    // backward runs there too, and backward() must follow; otherwise release()
+    // ends the pass. Without targets the result is NaN and the logits (B, T, Vp)
+    // are computed whole and stay readable (logits()) until release().
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                   float dloss) {
-        if (pending_ != Pending::none)
-            throw Error("GPT::forward: the previous pass was not finished (call backward() or release())");
-        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
-            throw ShapeError("GPT::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
-                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
         if (dloss != 0.0f && targets == nullptr)
             throw Error("GPT::forward: a training pass (dloss != 0) needs targets");
-        B_ = B;
-        T_ = T;
+        forward_to_final_norm(ctx, tokens, B, T);
         const std::int64_t N = std::int64_t{B} * T, C = config_.channels, Vp = config_.padded_vocab_size;
-        const D& dev = ctx.device;
-        auto& a = ctx.activations;
-        mark_ = a.mark();
         const GPTTensors<Act> w(params_.data(), config_);
-
-        Act* x0 = a.template push<Act>(N * C, "embedding");
-        encoder_forward(dev, x0, tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
-        x_last_ = blocks_.forward(ctx, view(x0)).data();
-        head_mark_ = a.mark();
-        lnf_ = a.template push<Act>(N * C, "lnf");
-        lnf_mean_ = a.template push<float>(N, "lnf mean");
-        lnf_rstd_ = a.template push<float>(N, "lnf rstd");
-        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, x_last_, w[GPTTensor::lnfw], w[GPTTensor::lnfb], N,
-                          config_.channels);
-        logits_ = a.template push<Act>(N * Vp, "logits");
-        linear_forward(dev, logits_, lnf_, w[GPTTensor::wte], static_cast<const Act*>(nullptr), N, config_.channels,
-                       config_.padded_vocab_size);
+        const GPTTensors<float> g(grads_.data(), config_);
+        auto& a = ctx.activations;
         pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
-        if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
-
-        float* losses = a.template push<float>(N, "losses");
-        softmax_cross_entropy(dev, losses, logits_, targets, N, config_.vocab_size, config_.padded_vocab_size,
-                              dloss);
-        std::vector<float> host_losses(static_cast<std::size_t>(N));
-        download(dev, host_losses.data(), losses, N);
-        a.pop(losses);
-        double sum = 0.0;
-        for (float l : host_losses) sum += l;
-        return static_cast<float>(sum / static_cast<double>(N));
+        if (targets == nullptr) {
+            logits_ = a.template push<Act>(N * Vp, "logits");
+            logits_rows_ = T;
+            linear_forward(ctx.device, logits_, lnf_, w[GPTTensor::wte], static_cast<const Act*>(nullptr), N,
+                           config_.channels, config_.padded_vocab_size);
+            return std::numeric_limits<float>::quiet_NaN();
+        }
+        float loss = 0.0f;
+        try {
+            if (dloss != 0.0f) dlnf_ = a.template push<Act>(N * C, "d lnf (from the head)");
+            loss = classifier_loss(ctx, dlnf_, dloss != 0.0f ? g[GPTTensor::wte] : nullptr, lnf_, w[GPTTensor::wte],
+                                   targets, N, config_.channels, config_.vocab_size, config_.padded_vocab_size, dloss,
+                                   config_.classifier_chunk);
+        } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
+            ctx.scratch.release_to(scratch_mark_);
+            a.release_to(mark_);
+            end_pass();
+            throw;
+        }
+        ctx.scratch.pop(lnf_);
+        lnf_ = nullptr;
+        return loss;
     }
 
-    // Logits (B, T, Vp) of the last forward, valid until backward() or release().
+    // Forward over tokens (B, T) keeping only each sequence's last logits
+    // (B, 1, Vp), readable through logits() until release(): what sampling
+    // the next token needs.
+    void forward_last(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        forward_to_final_norm(ctx, tokens, B, T);
+        pending_ = Pending::release;
+        logits_ = ctx.activations.template push<Act>(std::int64_t{B} * config_.padded_vocab_size, "last logits");
+        logits_rows_ = 1;
+        last_position_logits(ctx.device, logits_, lnf_, GPTTensors<Act>(params_.data(), config_)[GPTTensor::wte], B,
+                             T, config_.channels, config_.padded_vocab_size);
+    }
+
+    // Logits (B, T, Vp) of the last forward without targets, or (B, 1, Vp) of
+    // forward_last; valid until release().
     TensorView<Act, D> logits() const {
-        if (pending_ == Pending::none) throw Error("GPT::logits: no forward pass is in progress");
-        return {logits_, {B_, T_, config_.padded_vocab_size}};
+        if (pending_ == Pending::none || logits_ == nullptr)
+            throw Error("GPT::logits: no forward pass without targets is in progress");
+        return {logits_, {B_, logits_rows_, config_.padded_vocab_size}};
     }
 
     // Adds this pass's parameter gradients into gradients() (fp32) and frees
@@ -162,23 +170,19 @@ public:
         const GPTTensors<Act> w(params_.data(), config_);
         const GPTTensors<float> g(grads_.data(), config_);
 
+        // The head's backward ran in forward (classifier_loss); ln_f's is here.
         Act* dres = tmp.template push<Act>(N * C, "d residual");
         Act* dother = tmp.template push<Act>(N * C, "d residual (other)");
-        Act* dlnf = tmp.template push<Act>(N * C, "d lnf");
-        linear_backward(dev, dlnf, g[GPTTensor::wte], static_cast<float*>(nullptr), logits_, lnf_,
-                        w[GPTTensor::wte], N, C, config_.padded_vocab_size);
         fill_zero(dev, dres, N * C);
-        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf, x_last_, w[GPTTensor::lnfw],
+        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf_, x_last_, w[GPTTensor::lnfw],
                            lnf_mean_, lnf_rstd_, N, C);
-        tmp.pop(dlnf);
-        // The head's activations (the logits above all) go before the blocks'
-        // backward, which may recompute.
+        // The head's activations go before the blocks' backward, which may recompute.
         ctx.activations.release_to(head_mark_);
         dres = blocks_.backward(ctx, dres, dother);
         encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B_, T_, C);
         tmp.release_to(scratch_mark);
         ctx.activations.release_to(mark_);
-        pending_ = Pending::none;
+        end_pass();
     }
 
     // Ends a forward pass that is not followed by backward (evaluation, sampling).
@@ -186,8 +190,9 @@ public:
         if (pending_ == Pending::none) return;
         if (pending_ == Pending::backward)
             throw Error("GPT::release: this forward pass was a training pass; call backward()");
+        ctx.scratch.release_to(scratch_mark_);
         ctx.activations.release_to(mark_);
-        pending_ = Pending::none;
+        end_pass();
     }
 
     // Mean validation loss of one batch, leaving no trace in the gradients.
@@ -199,6 +204,38 @@ public:
 
 private:
     enum class Pending { none, backward, release };
+
+    // The embedding, the blocks and ln_f: lnf_ (B T, C) in ctx.scratch (the
+    // caller pops it), its mean and rstd kept for backward.
+    void forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        if (pending_ != Pending::none)
+            throw Error("GPT::forward: the previous pass was not finished (call backward() or release())");
+        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
+            throw ShapeError("GPT::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
+                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
+        B_ = B;
+        T_ = T;
+        const std::int64_t N = std::int64_t{B} * T, C = config_.channels;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
+        mark_ = a.mark();
+        scratch_mark_ = ctx.scratch.mark();
+        const GPTTensors<Act> w(params_.data(), config_);
+        Act* x0 = a.template push<Act>(N * C, "embedding");
+        encoder_forward(dev, x0, tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
+        x_last_ = blocks_.forward(ctx, view(x0)).data();
+        head_mark_ = a.mark();
+        lnf_mean_ = a.template push<float>(N, "lnf mean");
+        lnf_rstd_ = a.template push<float>(N, "lnf rstd");
+        lnf_ = ctx.scratch.template push<Act>(N * C, "lnf");
+        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, x_last_, w[GPTTensor::lnfw], w[GPTTensor::lnfb], N,
+                          config_.channels);
+    }
+
+    void end_pass() {
+        pending_ = Pending::none;
+        lnf_ = dlnf_ = logits_ = nullptr;
+    }
 
     static LayerStack<TransformerBlock<Act, D>> make_blocks(const GPTConfig& c, Act* params, float* grads) {
         const GPTTensors<Act> w(params, c);
@@ -229,12 +266,15 @@ private:
     Pending pending_ = Pending::none;
     int B_ = 0, T_ = 0;
     typename ActivationArena<D>::Mark mark_{};       // before the embedding
-    typename ActivationArena<D>::Mark head_mark_{};  // before ln_f and the logits
-    Act* x_last_ = nullptr;                         // (B, T, C) the last block's output
-    Act* lnf_ = nullptr;
+    typename ActivationArena<D>::Mark head_mark_{};  // before ln_f's statistics and the head's
+    typename ActivationArena<D>::Mark scratch_mark_{};
+    Act* x_last_ = nullptr;  // (B, T, C) the last block's output
+    Act* lnf_ = nullptr;     // (B, T, C) in scratch until the head is done
     float* lnf_mean_ = nullptr;
     float* lnf_rstd_ = nullptr;
-    Act* logits_ = nullptr;
+    Act* dlnf_ = nullptr;    // (B, T, C) training: d loss / d lnf, from the head
+    Act* logits_ = nullptr;  // (B, logits_rows_, Vp) without targets
+    int logits_rows_ = 0;
 };
 
 }  // namespace snug

@@ -1,5 +1,5 @@
 // GPTConfig: the shape of a GPT-2-style model (vocabulary, context, depth,
-// heads, width) and its attention kind, its presets, its parameter count and
+// heads, width), how its attention and classifier compute, its presets, its parameter count and
 // its model FLOPs.
 #pragma once
 
@@ -23,6 +23,9 @@ struct GPTConfig {
     // How attention computes (not part of the shape: either kind runs the
     // same weights to the same result within rounding).
     AttentionKind attention = AttentionKind::flash;
+    // Tokens per chunk of the classifier (nn/classifier.hpp; 0: automatic).
+    // Not part of the shape either: it changes memory and rounding only.
+    std::int64_t classifier_chunk = 0;
 
     // Vp for a vocabulary: the next multiple of 128 (GPU GEMMs like it), or V
     // itself for a small vocabulary (<= 256) that would mostly be padding, and
@@ -79,6 +82,9 @@ struct GPTConfig {
         if (max_seq_len <= 0) fail("max_seq_len must be positive, got " + std::to_string(max_seq_len));
         if (n_layer <= 0) fail("n_layer must be positive, got " + std::to_string(n_layer));
         if (n_head <= 0) fail("n_head must be positive, got " + std::to_string(n_head));
+        if (classifier_chunk < 0)
+            fail("classifier_chunk must be 0 (automatic) or a number of tokens, got " +
+                 std::to_string(classifier_chunk));
         if (channels <= 0 || channels % n_head != 0)
             fail("channels (" + std::to_string(channels) + ") must be a positive multiple of n_head (" +
                  std::to_string(n_head) + ")");

@@ -1,7 +1,9 @@
 // TransformerBlock<Act, D>: one pre-LayerNorm GPT-2 block, a Layer.
 //   x ─► ln1 ─► qkv ─► attention ─► c_proj ─(+x)─► r ─► ln2 ─► fc ─► gelu ─► fc_proj ─(+r)─► out
 // Forward saves every intermediate in ctx.activations; backward uses them and
-// releases them; its own temporaries live in ctx.scratch. Attention is flash
+// releases them, the MLP's before attention's backward starts; its own
+// temporaries live in ctx.scratch (one MLP hidden gradient, then d qkv: the
+// gradient of fc's output overwrites fc's output, its last use). Attention is flash
 // attention (saving its output and one log-sum-exp per row) or, when asked,
 // the materialised kernel (saving the (B, NH, T, T) probabilities).
 #pragma once
@@ -85,6 +87,7 @@ public:
             if (selective_) ctx.scratch.release_to(scratch_mark);
         }
 
+        mlp_mark_ = a.mark();  // what the MLP's backward is the last to need lies above
         s_.res = a.template push<Act>(N * C_, "residual 2");
         linear_forward(dev, s_.res, s_.atty, w_.attprojw, w_.attprojb, N, C_, C_);
         add_inplace(dev, s_.res, x.data(), N * C_);
@@ -111,21 +114,25 @@ public:
         const D& dev = ctx.device;
         auto& tmp = ctx.scratch;
         const auto scratch_mark = tmp.mark();
-        if (selective_) recompute(ctx, x);
 
-        // MLP: out = r + fc_proj(gelu(fc(ln2(r))))
+        // MLP: out = r + fc_proj(gelu(fc(ln2(r)))). dx holds d r, then d x.
+        if (selective_) recompute_mlp(ctx);
+        copy(dev, dx.data(), dout.data(), N * C_);
         Act* dh = tmp.template push<Act>(N * 4 * C_, "d mlp hidden");
         linear_backward(dev, dh, g_.fcprojw, g_.fcprojb, dout.data(), s_.fch_gelu, w_.fcprojw, N, 4 * C_, C_);
-        gelu_backward(dev, dh, s_.fch, dh, N * 4 * C_);
+        Act* dfch = s_.fch;  // d fc out, in place of fc out (its last use)
+        gelu_backward(dev, dfch, s_.fch, dh, N * 4 * C_);
+        tmp.pop(dh);
         Act* dln = tmp.template push<Act>(N * C_, "d layernorm out");
-        linear_backward(dev, dln, g_.fcw, g_.fcb, dh, s_.ln2, w_.fcw, N, C_, 4 * C_);
-        Act* dres = tmp.template push<Act>(N * C_, "d residual 2");
-        copy(dev, dres, dout.data(), N * C_);
-        layernorm_backward(dev, dres, g_.ln2w, g_.ln2b, dln, s_.res, w_.ln2w, s_.ln2_mean, s_.ln2_rstd, N, C_);
+        linear_backward(dev, dln, g_.fcw, g_.fcb, dfch, s_.ln2, w_.fcw, N, C_, 4 * C_);
+        layernorm_backward(dev, dx.data(), g_.ln2w, g_.ln2b, dln, s_.res, w_.ln2w, s_.ln2_mean, s_.ln2_rstd, N, C_);
+        // The MLP's activations (r, ln2, fc out, gelu out) go before attention's backward.
+        ctx.activations.release_to(mlp_mark_);
 
         // Attention: r = x + c_proj(attention(qkv(ln1(x))))
+        if (selective_) recompute_attention(ctx, x);
         Act* datty = dln;  // (N, C), free again
-        linear_backward(dev, datty, g_.attprojw, g_.attprojb, dres, s_.atty, w_.attprojw, N, C_, C_);
+        linear_backward(dev, datty, g_.attprojw, g_.attprojb, dx.data(), s_.atty, w_.attprojw, N, C_, C_);
         Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
         if (attention_ == AttentionKind::flash) {
             Stat* row_sums = tmp.template push<Stat>(stat_elems(), "d attention row sums");
@@ -136,7 +143,6 @@ public:
         }
         Act* dln1 = datty;  // (N, C), free again
         linear_backward(dev, dln1, g_.qkvw, g_.qkvb, dqkv, s_.ln1, w_.qkvw, N, C_, 3 * C_);
-        copy(dev, dx.data(), dres, N * C_);
         layernorm_backward(dev, dx.data(), g_.ln1w, g_.ln1b, dln1, x.data(), w_.ln1w, s_.ln1_mean, s_.ln1_rstd, N,
                            C_);
 
@@ -157,9 +163,11 @@ private:
         rstd = arena.template push<float>(N, "layernorm rstd");
     }
 
-    // Selective mode: rebuilds what forward dropped, onto the activation
-    // arena (released with the rest of the block's activations).
-    void recompute(Context<D>& ctx, const TensorView<const Act, D>& x) {
+    // Selective mode: rebuilds what forward dropped onto the activation arena,
+    // each part just before its backward: the MLP's (gelu out, ln2; released
+    // with the MLP's activations), then attention's (the probabilities when
+    // materialised, ln1; released with the rest of the block's).
+    void recompute_mlp(Context<D>& ctx) {
         const std::int64_t N = std::int64_t{B_} * T_;
         const D& dev = ctx.device;
         auto& a = ctx.activations;
@@ -167,6 +175,12 @@ private:
         gelu_forward(dev, s_.fch_gelu, s_.fch, N * 4 * C_);
         push_ln(a, N, s_.ln2, s_.ln2_mean, s_.ln2_rstd, "ln2 (recomputed)");
         layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
+    }
+
+    void recompute_attention(Context<D>& ctx, const TensorView<const Act, D>& x) {
+        const std::int64_t N = std::int64_t{B_} * T_;
+        const D& dev = ctx.device;
+        auto& a = ctx.activations;
         if (attention_ == AttentionKind::materialized) {
             s_.att = a.template push<Act>(att_elems(), "attention probabilities (recomputed)");
             Act* atty = ctx.scratch.template push<Act>(N * C_, "attention output (recomputed, unused)");
@@ -208,6 +222,7 @@ private:
     bool selective_ = false;
     Saved s_{};
     typename ActivationArena<D>::Mark mark_{};
+    typename ActivationArena<D>::Mark mlp_mark_{};  // before r: the MLP part's activations
 };
 
 }  // namespace snug

@@ -80,7 +80,7 @@ inline ModelSource model_source(const TrainOptions& o, int data_vocab) {
     }
     if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
     ModelSource m = read_model_file(o.init_from);
-    m.config.attention = o.attention;
+    m.config = o.with_choices(m.config);
     check_model_file(o, m.config, data_vocab);
     return m;
 }
@@ -102,7 +102,7 @@ inline RunInputs load_inputs(const TrainOptions& o, std::int64_t train_tokens_ne
     }
     if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
     in.source = read_model_file(o.init_from);
-    in.source.config.attention = o.attention;
+    in.source.config = o.with_choices(in.source.config);
     in.data = load_data(o, train_tokens_needed, token_data_vocab(o, in.source.config.vocab_size));
     check_model_file(o, in.source.config, in.data.vocab);
     return in;

@@ -21,6 +21,7 @@ struct TrainOptions {
     int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
     std::string init_from;
     AttentionKind attention = AttentionKind::flash;  // how the model's attention computes (any model source)
+    std::int64_t classifier_chunk = 0;  // tokens per chunk of the head and loss (0: automatic; any model source)
     // What decides memory and speed.
     RunSpec run{};
     std::optional<std::size_t> budget_bytes = std::size_t{12} << 30;  // the tracker's budget (nullopt: none)
@@ -58,8 +59,8 @@ struct TrainOptions {
     std::string state_path() const {
         return out.empty() ? std::string() : (std::filesystem::path(out) / "state.snug").string();
     }
-    // The shape asked for: the preset, or layers / heads / channels (vocabulary and context come later),
-    // with the attention asked for.
+    // The shape asked for: the preset, or layers / heads / channels (vocabulary
+    // and context come later), computing as with_choices says.
     GPTConfig shape() const {
         GPTConfig c = model.empty() ? GPTConfig{} : GPTConfig::preset(model);
         if (model.empty()) {
@@ -67,7 +68,14 @@ struct TrainOptions {
             c.n_head = heads;
             c.channels = channels;
         }
+        return with_choices(c);
+    }
+
+    // A model (fresh, or read from a file) computing as this run asks: its
+    // attention kind and classifier chunk, which are not part of the shape.
+    GPTConfig with_choices(GPTConfig c) const {
         c.attention = attention;
+        c.classifier_chunk = classifier_chunk;
         return c;
     }
 };

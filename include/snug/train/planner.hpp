@@ -109,14 +109,14 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     // Evaluation and sampling, for a model that has them (GPT does).
     if constexpr (requires { model.evaluate(ctx, tokens.data(), targets.data(), 1, 1); })
         phase("evaluation", [&] { (void)model.evaluate(ctx, tokens.data(), targets.data(), in.micro_batch, in.seq); });
-    if constexpr (!requires { model.release(ctx); }) {
+    if constexpr (!requires { model.forward_last(ctx, tokens.data(), 1, 1); }) {
         if (in.sampling_window > 0)
-            throw ConfigError("memory plan: a sampling window for a model without release() (no sampling pass)");
+            throw ConfigError("memory plan: a sampling window for a model without forward_last() (no sampling pass)");
     } else if (in.sampling_window > 0) {
         phase("sampling", [&] {
             Buffer<std::int32_t, Meter> window(tracker, MemoryCategory::workspace,
                                                static_cast<std::size_t>(in.sampling_window), "sampling window");
-            (void)model.forward(ctx, window.data(), nullptr, 1, in.sampling_window, 0.0f);
+            model.forward_last(ctx, window.data(), 1, in.sampling_window);
             model.release(ctx);
         });
     }

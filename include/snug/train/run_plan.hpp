@@ -70,8 +70,7 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     if (o.init_from.empty()) {
         config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
     } else {
-        config = read_model_file(o.init_from).config;
-        config.attention = o.attention;
+        config = o.with_choices(read_model_file(o.init_from).config);
     }
     config.validate();
     answer.device = device;

@@ -99,9 +99,8 @@ std::vector<std::int32_t> generate(Model& model, Session<Dev>& s, std::vector<st
     for (int i = 0; i < n; ++i) {
         const int T = static_cast<int>(std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(max_T)));
         upload(s.ctx.device, window.data(), tokens.data() + (tokens.size() - static_cast<std::size_t>(T)), T);
-        model.forward(s.ctx, window.data(), nullptr, 1, T, 0.0f);
-        const auto view = model.logits();  // (1, T, Vp)
-        download(s.ctx.device, row.data(), view.data() + std::int64_t{T - 1} * Vp, Vp);
+        model.forward_last(s.ctx, window.data(), 1, T);
+        download(s.ctx.device, row.data(), model.logits().data(), Vp);  // (1, 1, Vp)
         model.release(s.ctx);
         for (int v = 0; v < vocab; ++v) logits[static_cast<std::size_t>(v)] = static_cast<float>(row[static_cast<std::size_t>(v)]);
         tokens.push_back(sample_token(logits, o.temperature, o.top_k, rng));
