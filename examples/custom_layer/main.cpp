@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -141,9 +142,11 @@ public:
 
     // tokens, targets: (B, T) in D's memory. Returns the mean loss; the logits
     // become their gradient times dloss (= d objective / d each token's loss),
-    // for the backward() that must follow.
+    // for the backward() that must follow. With loss_sum (one double in D's
+    // memory; TrainStep passes it) the token losses are added there instead,
+    // on the device, and NaN is returned: one read per update, not per pass.
     float forward(snug::Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
-                  float dloss) {
+                  float dloss, double* loss_sum = nullptr) {
         if (B <= 0 || T <= 0 || T > c_.max_seq)
             throw snug::ShapeError("TinyLM: B = " + std::to_string(B) + ", T = " + std::to_string(T) +
                                    " (T at most " + std::to_string(c_.max_seq) + ")");
@@ -169,6 +172,11 @@ public:
 
         float* losses = a.template push<float>(std::size_t(N), "losses");  // (B, T)
         softmax_cross_entropy(dev, losses, logits_, targets, N, c_.vocab, c_.vocab, dloss);
+        if (loss_sum != nullptr) {
+            accumulate_sum(dev, loss_sum, losses, N);
+            a.pop(losses);
+            return std::numeric_limits<float>::quiet_NaN();
+        }
         std::vector<float> host(static_cast<std::size_t>(N));
         download(dev, host.data(), losses, N);
         a.pop(losses);

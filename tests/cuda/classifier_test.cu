@@ -4,7 +4,8 @@
 // poisoned first, for float, bfloat16 and half, chunks of 1, 7 (a remainder)
 // and automatic: the loss within 1e-5 relative, d(hidden) and the
 // accumulated dW within the backend tolerance (1e-5 fp32, 1e-2 16-bit, as
-// check_close measures). Evaluation leaves the poisoned gradients alone. The
+// check_close measures). Evaluation leaves the poisoned gradients alone; a
+// running total on the device gains N times the loss. The
 // last position's logits against the host's. Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
@@ -68,6 +69,14 @@ TEMPLATE_TEST_CASE("cuda chunked classifier matches the host's unchunked head", 
                                                  x_d.data(), w_d.data(), t_d.data(), N, C, V, Vp, 0.0f, chunk);
         CHECK(std::abs(eval - loss_ref) <= 1e-5 * loss_ref);
         for (const T& v : to_host(dx_eval)) REQUIRE(std::isnan(static_cast<float>(v)));
+
+        // Evaluation into a running total on the device: N times the loss added, NaN returned.
+        auto total_d = to_device(run.tracker, std::vector<double>{2.0});
+        const float none = snug::classifier_loss(run.ctx, static_cast<T*>(nullptr), static_cast<float*>(nullptr),
+                                                 x_d.data(), w_d.data(), t_d.data(), N, C, V, Vp, 0.0f, chunk,
+                                                 total_d.data());
+        CHECK(std::isnan(none));
+        CHECK(std::abs((to_host(total_d)[0] - 2.0) / static_cast<double>(N) - loss_ref) <= 1e-5 * loss_ref);
     }
 
     // Sampling: the last position of each of 3 sequences of 15.

@@ -1,11 +1,13 @@
 // The CUDA optimizer kernels against the host kernels on fresh random inputs,
 // outputs poisoned first: adamw_update (fp32 master weights and moments, and
-// a float, bfloat16 or half working copy, or none) and sum_squares. AdamW is
+// a float, bfloat16 or half working copy, or none), sum_squares and
+// accumulate_sum. AdamW is
 // one chain of fp32 operations per element that the CUDA kernel performs in
 // the host's order without fused multiply-adds, so the test asks for the
 // host's bits (stronger than the 1e-5 tolerance). sum_squares accumulates in
 // double on both sides, in different orders: within 1e-6 of the host (fp32
-// tolerance 1e-5), and the same bits on every run. Sizes cover one element and
+// tolerance 1e-5), and the same bits on every run; accumulate_sum too, within
+// 1e-12 of the host's running total (double rounding). Sizes cover one element and
 // odd counts larger than one grid. Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
@@ -154,6 +156,36 @@ TEST_CASE("cuda sum_squares matches the host's double sum and is deterministic",
             CHECK(std::bit_cast<std::uint32_t>(to_host(again_d)[0]) == std::bit_cast<std::uint32_t>(first));
         }
     }
+}
+
+TEST_CASE("cuda accumulate_sum adds to a device total as the host does, the same bits every run",
+          "[cuda][norms]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const snug::Host host;
+    const Cuda dev{};
+    MemoryTracker tracker;
+    const double start = 0.5 + rng.uniform();  // a running total, not zero
+    double expected = start;
+    auto total_d = to_device(tracker, std::vector<double>{start});
+    std::vector<snug::Buffer<float, Cuda>> passes;
+    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{511}, std::int64_t{16'385}, std::int64_t{0}}) {
+        const std::vector<float> losses = random_values<float>(rng, static_cast<std::size_t>(n), 0.0f, 11.0f);
+        passes.push_back(to_device(tracker, losses));
+        snug::cuda::accumulate_sum(dev, total_d.data(), passes.back().data(), n);
+        snug::host::accumulate_sum(host, &expected, losses.data(), n);
+    }
+    const double got = to_host(total_d)[0];
+    CHECK(std::abs(got - expected) <= 1e-12 * expected);
+    CHECK(got != start);
+    // Again from the same start: the same bits.
+    auto again_d = to_device(tracker, std::vector<double>{start});
+    for (std::size_t p = 0; p < passes.size(); ++p)
+        snug::cuda::accumulate_sum(dev, again_d.data(), passes[p].data(), std::int64_t(passes[p].size()));
+    CHECK(std::bit_cast<std::uint64_t>(to_host(again_d)[0]) == std::bit_cast<std::uint64_t>(got));
+    CHECK_THROWS_WITH(snug::cuda::accumulate_sum(dev, nullptr, nullptr, -4),
+                      Contains("accumulate_sum") && Contains("n = -4"));
 }
 
 TEST_CASE("cuda sum_squares: inf past float's range, and inf or NaN elements propagate", "[cuda][norms]") {

@@ -94,6 +94,16 @@ void compare_with_unchunked(double loss_tol, double dx_tol, double dw_tol) {
         CHECK(dx_err <= dx_tol * dx_scale);  // NaN poison left anywhere fails here
         CHECK(dw_err <= dw_tol * dw_scale);
         CHECK(run.tracker.current(MemoryCategory::temporaries) == 0);
+        // With a running total: the same pass adds N times its loss there and
+        // returns NaN (nothing read back).
+        double total = 3.0;
+        std::vector<T> dx2(at(N * C));
+        std::vector<float> dw2 = dw0;
+        const float none = snug::classifier_loss(run.ctx, dx2.data(), dw2.data(), x.data(), w.data(), targets.data(),
+                                                 N, C, V, Vp, dloss, chunk, &total);
+        CHECK(std::isnan(none));
+        CHECK(std::abs(static_cast<float>((total - 3.0) / static_cast<double>(N)) - loss_ref) <= loss_tol * std::abs(loss_ref));
+        CHECK(dw2 == dw);
     }
 }
 

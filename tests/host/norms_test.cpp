@@ -106,3 +106,27 @@ TEST_CASE("sum_squares is deterministic and rejects a negative size", "[norms]")
     CHECK_THROWS_AS(snug::host::sum_squares(Device{}, &out, x.data(), -1), snug::ShapeError);
     CHECK(out == 1.0f);
 }
+
+TEST_CASE("accumulate_sum adds a span's sum in double to a running total", "[norms]") {
+    std::mt19937 gen(21);
+    std::uniform_real_distribution<float> dist(0.0f, 12.0f);  // token losses
+    double total = 0.25;
+    long double expected = 0.25L;  // formed here in long double
+    for (int pass = 0; pass < 3; ++pass) {
+        std::vector<float> x(40'003 + pass);
+        for (float& v : x) {
+            v = dist(gen);
+            expected += v;
+        }
+        snug::host::accumulate_sum(Device{}, &total, x.data(), std::int64_t(x.size()));
+    }
+    CHECK(std::abs(static_cast<long double>(total) - expected) <= 1e-12L * expected);
+    // Sums past float's precision keep their low terms: a half and 2^25 ones.
+    std::vector<float> ones(std::size_t{1} << 25, 1.0f);
+    double big = 0.5;
+    snug::host::accumulate_sum(Device{}, &big, ones.data(), std::int64_t(ones.size()));
+    CHECK(big == 33'554'432.5);
+    CHECK_THROWS_WITH(snug::host::accumulate_sum(Device{}, &big, ones.data(), -2),
+                      Catch::Matchers::Contains("accumulate_sum") && Catch::Matchers::Contains("n = -2"));
+    CHECK(big == 33'554'432.5);
+}

@@ -1,5 +1,6 @@
 // TrainStep on the host: accumulation of n micro-batches equals one batch of
-// n·b; an injected fp16 overflow skips the update and leaves every weight,
+// n·b; the update's loss is the mean of its micro-batches' (summed on the
+// device); an injected fp16 overflow skips the update and leaves every weight,
 // master weight and moment exactly as it was while the scale backs off; every
 // combination of the three policies trains a d2-shaped GPT with falling loss.
 #include <catch2/catch.hpp>
@@ -99,6 +100,38 @@ TEST_CASE("n micro-batches of b give the update of one batch of n*b") {
     // (The updated weights are not compared to 1e-5: Adam's first step moves each
     // weight by about lr · g / |g|, so a gradient near 0 turns rounding noise
     // into a visible difference. The gradients are what accumulation must match.)
+}
+
+TEST_CASE("an update's loss is the mean over its micro-batches, summed on the device in 8 bytes of workspace") {
+    const GPTConfig c = d2();
+    const auto w0 = snug::gpt_initial_weights(c, 4);
+    const Tokens data(3 * 2 * 8, 12);
+    // Each micro-batch's loss, evaluated on its own with the same weights.
+    double expected = 0.0;
+    {
+        snug::test::HostRun run;
+        snug::GPT<float, Host> model(c, run.tracker);
+        model.load_weights(run.ctx.device, w0);
+        for (int m = 0; m < 3; ++m) {
+            const MicroBatch mb = data.slice(m * 2 * 8);
+            expected += model.evaluate(run.ctx, mb.tokens, mb.targets, 2, 8) / 3.0;
+        }
+    }
+    snug::test::HostRun run;
+    snug::GPT<float, Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, w0);
+    const std::size_t before = run.tracker.current(snug::MemoryCategory::workspace);
+    snug::TrainStep<snug::GPT<float, Host>, snug::precision::Fp32, snug::accumulate::Steps, snug::checkpoint::None>
+        step(model, run.tracker, run.ctx.device, w0, {}, {}, snug::accumulate::Steps(3));
+    // The overflow flag and the norm (a float each), the loss total (a double).
+    CHECK(run.tracker.current(snug::MemoryCategory::workspace) - before == 4 + 4 + 8);
+    const std::vector<MicroBatch> mbs{data.slice(0), data.slice(16), data.slice(32)};
+    // Learning rate 0: the weights stay, so each update sees the same losses.
+    const snug::StepResult first = step.step(run.ctx, mbs, 2, 8, 0.0f);
+    CHECK(first.loss == Approx(expected).epsilon(1e-6));
+    // The total starts again at zero each update: the same mean, not twice it.
+    const snug::StepResult second = step.step(run.ctx, mbs, 2, 8, 0.0f);
+    CHECK(second.loss == first.loss);
 }
 
 TEST_CASE("an fp16 overflow skips the update and leaves every weight and moment as it was") {

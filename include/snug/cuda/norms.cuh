@@ -1,7 +1,8 @@
 // Reductions on the device: the warp and block reductions the other kernels
 // build on (fixed trees, so every result is the same bits every run), the
-// grid size of their grid-stride loops, and sum_squares, the gradient
-// norm's deterministic two-pass sum of squares into a device scalar.
+// grid size of their grid-stride loops, sum_squares, the gradient norm's
+// deterministic two-pass sum of squares into a device scalar, and
+// accumulate_sum, a running total in device memory (an update's loss).
 // (scale_inplace, the other half of clipping, is in elementwise.cuh.)
 #pragma once
 
@@ -126,7 +127,37 @@ __global__ void __launch_bounds__(norm_threads)
     if (threadIdx.x == 0) *out = acc >= 0x1p128 ? F(INFINITY) : static_cast<F>(acc);
 }
 
+// ---- accumulate_sum ------------------------------------------------------------
+
+// One block: thread t adds values t, t + blockDim.x, ... in double, the block
+// adds the threads' sums by the fixed tree, thread 0 adds that to *total.
+template <class F>
+__global__ void __launch_bounds__(norm_threads)
+    accumulate_sum_kernel(double* total,   // (1) +=
+                          const F* values, // (n)
+                          std::int64_t n) {
+    auto& scratch = block_shared<double[warp_size]>();
+    double acc = 0.0;
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(values[i]);
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) *total += acc;
+}
+
 }  // namespace detail
+
+// *total += sum of values[i] over i < n, in double, on dev.stream (nothing is
+// read back): a running total that stays in device memory between passes, as
+// TrainStep keeps an update's loss and reads it once. One block, a fixed
+// order of additions: the same bits every run (the host kernel adds in index
+// order, so the two agree to double rounding). Meant for a pass's per-token
+// losses (thousands of values), not for gradients. Throws ShapeError for n < 0.
+inline void accumulate_sum(const Device& dev, double* total,  // scalar, device memory, accumulated
+                           const float* values,               // (n)
+                           std::int64_t n) {
+    ops::check_non_negative("accumulate_sum", {{"n", n}});
+    if (n == 0) return;
+    launch<detail::accumulate_sum_kernel<float>>(1, detail::norm_threads, 0, dev.stream, total, values, n);
+}
 
 // *out = sum of grad[i]^2 over i < n, accumulated in double and rounded to
 // float once (+inf past float's range; an inf or NaN element makes it inf or

@@ -1,5 +1,6 @@
-// Host reductions for gradient norms: sum_squares, the squared L2 norm of an
-// fp32 span (for clipping and the finite check), accumulated in double.
+// Host reductions: sum_squares, the squared L2 norm of an fp32 span (for
+// clipping and the finite check), and accumulate_sum, a running total kept
+// where the device keeps it (the training loss of an update); both in double.
 #pragma once
 
 #include <algorithm>
@@ -63,6 +64,19 @@ inline void sum_squares(const Device&, float* out,  // scalar, overwritten
     for (std::int64_t b = 0; b < blocks; ++b) total += partial[static_cast<std::size_t>(b)];
     // Rounded to float; a double at or past 2^128 is outside float's range.
     *out = total >= 0x1p128 ? std::numeric_limits<float>::infinity() : static_cast<float>(total);
+}
+
+// *total += sum values[i], in double, in index order: a running total that
+// stays in device memory between passes (TrainStep adds each micro-batch's
+// token losses and reads the total once per update). Throws ShapeError for
+// n < 0.
+inline void accumulate_sum(const Device&, double* total,  // scalar, accumulated
+                           const float* values,           // (n)
+                           std::int64_t n) {
+    ops::check_non_negative("accumulate_sum", {{"n", n}});
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sum += values[i];
+    *total += sum;
 }
 
 }  // namespace snug::host

@@ -32,6 +32,13 @@ void layernorm_forward(const Device&, T* /*out (N, C)*/, S* /*mean (N)*/, S* /*r
 }
 
 template <class T, class S>
+void residual_layernorm_forward(const Device&, T* /*out (N, C)*/, S* /*mean (N)*/, S* /*rstd (N)*/,
+                                T* /*res (N, C)*/, const T* /*x (N, C)*/, const T* /*weight (C)*/,
+                                const T* /*bias (C)*/, std::int64_t N, int C) {
+    ops::check_layernorm("residual_layernorm_forward", N, C);
+}
+
+template <class T, class S>
 void layernorm_backward(const Device&, T* /*dinp (N, C)*/, float* /*dweight (C)*/, float* /*dbias (C)*/,
                         const T* /*dout (N, C)*/, const T* /*inp (N, C)*/, const T* /*weight (C)*/,
                         const S* /*mean (N)*/, const S* /*rstd (N)*/, std::int64_t N, int C) {
@@ -156,6 +163,7 @@ template <class... Args> void scale_inplace(const Device&, Args&&...) {}
 template <class... Args> void cast(const Device&, Args&&...) {}
 template <class... Args> void unscale_and_check(const Device&, Args&&...) {}
 template <class... Args> void sum_squares(const Device&, Args&&...) {}
+template <class... Args> void accumulate_sum(const Device&, Args&&...) {}
 // Transfers: a download leaves the host side as it was.
 template <class... Args> void upload(const Device&, Args&&...) {}
 template <class... Args> void download(const Device&, Args&&...) {}

@@ -117,8 +117,11 @@ public:
     // too and backward() must follow, otherwise release(). Without targets the
     // result is NaN and the logits (B, T, Vp) are computed whole and stay
     // readable until release().
+    // With loss_sum (one double in device memory) the pass adds its tokens'
+    // summed loss there and returns NaN, reading nothing back: TrainStep reads
+    // an update's loss once, not once per micro-batch.
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
-                  float dloss) {
+                  float dloss, double* loss_sum = nullptr) {
         if (dloss != 0.0f && targets == nullptr)
             throw Error("CausalLM::forward: a training pass (dloss != 0) needs targets");
         forward_to_final_norm(ctx, tokens, B, T);
@@ -137,7 +140,7 @@ public:
             if (dloss != 0.0f) dnormed_ = a.template push<Act>(N * C_, "d final norm (from the head)");
             loss = classifier_loss(ctx, dnormed_, dloss != 0.0f ? grad(head_) : nullptr, normed_, param(head_),
                                    targets, N, C_, config_.vocab_size, config_.padded_vocab_size, dloss,
-                                   config_.classifier_chunk);
+                                   config_.classifier_chunk, loss_sum);
         } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
             ctx.scratch.release_to(scratch_mark_);
             a.release_to(mark_);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -55,20 +56,26 @@ inline std::int64_t classifier_chunk_rows(std::int64_t N, int C, int Vp, std::in
 // per-token losses live in ctx.scratch meanwhile. On the host a target outside
 // [0, V) throws naming the id and row before anything is written; on CUDA it
 // makes the loss NaN (targets are device memory).
+// The loss: with loss_sum (one double in device memory) the N token losses
+// are added to it on the device and NaN is returned, nothing read back (so a
+// training step reads its loss once per update, not once per micro-batch);
+// without, the mean is downloaded and returned.
 template <class Act, DeviceTag D>
 float classifier_loss(Context<D>& ctx, Act* dnormed,      // (N, C) or null when evaluating
                       float* dweight,                      // (Vp, C) accumulated; null when evaluating
                       const Act* normed,                   // (N, C)
                       const Act* weight,                   // (Vp, C)
                       const std::int32_t* targets,         // (N)
-                      std::int64_t N, int C, int V, int Vp, float dloss, std::int64_t chunk_rows) {
+                      std::int64_t N, int C, int V, int Vp, float dloss, std::int64_t chunk_rows,
+                      double* loss_sum = nullptr) {        // (1) accumulated, or null
+
     constexpr const char* op = "classifier_loss";
     const bool training = dloss != 0.0f;
     if (targets == nullptr || (training && (dnormed == nullptr || dweight == nullptr)))
         throw Error(std::string(op) + ": " + (targets == nullptr ? "targets" : "the gradients") + " are null");
     ops::check_cross_entropy(op, N, V, Vp);
     if constexpr (std::is_same_v<D, Host>) host::check_targets(op, targets, N, V);
-    if (N == 0) return 0.0f;
+    if (N == 0) return loss_sum != nullptr ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     const std::int64_t rows = classifier_chunk_rows(N, C, Vp, chunk_rows);
     const D& dev = ctx.device;
     auto& tmp = ctx.scratch;
@@ -83,6 +90,11 @@ float classifier_loss(Context<D>& ctx, Act* dnormed,      // (N, C) or null when
             linear_backward(dev, dnormed + r0 * C, dweight, static_cast<float*>(nullptr), logits, x, weight, n, C, Vp);
     }
     tmp.pop(logits);
+    if (loss_sum != nullptr) {
+        accumulate_sum(dev, loss_sum, losses, N);
+        tmp.pop(losses);
+        return std::numeric_limits<float>::quiet_NaN();
+    }
     std::vector<float> host_losses(static_cast<std::size_t>(N));
     download(dev, host_losses.data(), losses, N);
     tmp.pop(losses);

@@ -103,8 +103,11 @@ public:
     // backward runs there too, and backward() must follow; otherwise release()
     // ends the pass. Without targets the result is NaN and the logits (B, T, Vp)
     // are computed whole and stay readable (logits()) until release().
+    // With loss_sum (one double in device memory) the pass adds its tokens'
+    // summed loss there and returns NaN, reading nothing back: TrainStep reads
+    // an update's loss once, not once per micro-batch.
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
-                  float dloss) {
+                  float dloss, double* loss_sum = nullptr) {
         if (dloss != 0.0f && targets == nullptr)
             throw Error("GPT::forward: a training pass (dloss != 0) needs targets");
         forward_to_final_norm(ctx, tokens, B, T);
@@ -125,7 +128,7 @@ public:
             if (dloss != 0.0f) dlnf_ = a.template push<Act>(N * C, "d lnf (from the head)");
             loss = classifier_loss(ctx, dlnf_, dloss != 0.0f ? g[GPTTensor::wte] : nullptr, lnf_, w[GPTTensor::wte],
                                    targets, N, config_.channels, config_.vocab_size, config_.padded_vocab_size, dloss,
-                                   config_.classifier_chunk);
+                                   config_.classifier_chunk, loss_sum);
         } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
             ctx.scratch.release_to(scratch_mark_);
             a.release_to(mark_);

@@ -7,7 +7,8 @@
 //
 // step() reads top to bottom as the flow of one update:
 //   plan recomputation for (B, T)                        (CheckpointPolicy)
-//   for each micro-batch: forward (loss × scale / n), backward, gradients add up in fp32
+//   for each micro-batch: forward (loss × scale / n), backward, gradients add up in fp32,
+//                         the loss adds up on the device (read once per update)
 //   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
 //                    global norm, clip factor
 //                    overflow → skip: weights, moments and step count untouched
@@ -41,10 +42,13 @@ namespace snug {
 // examples/custom_layer).
 template <class M>
 concept TrainableModel = requires(M& m, const M& cm, Context<typename M::device_type>& ctx, const std::int32_t* ids,
-                                  std::span<const Recompute> modes) {
+                                  double* loss_sum, std::span<const Recompute> modes) {
     typename M::value_type;
     typename M::device_type;
+    // The mean loss; with loss_sum (device memory), the summed token losses
+    // are added there instead and nothing is read back.
     { m.forward(ctx, ids, ids, 1, 1, 1.0f) } -> std::same_as<float>;
+    { m.forward(ctx, ids, ids, 1, 1, 1.0f, loss_sum) } -> std::same_as<float>;
     m.backward(ctx, ids);
     m.zero_grad(ctx.device);
     { m.parameters() } -> std::same_as<typename M::value_type*>;
@@ -121,7 +125,8 @@ public:
           config_(config),
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw, initial_weights),
           grad_norm_(tracker),
-          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag") {}
+          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
+          loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
 
     // The optimizer's master weights start from the model's working weights
     // (widened to fp32 on the device): nothing of the model's size on the
@@ -136,7 +141,8 @@ public:
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
                      static_cast<const Act*>(model.parameters())),
           grad_norm_(tracker),
-          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag") {}
+          found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
+          loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
 
     StepResult step(Context<D>& ctx, std::span<const MicroBatch> micro_batches, int B, int T, float lr) {
         const int n = this->steps();
@@ -149,9 +155,10 @@ public:
         const float dloss = scale / (static_cast<float>(B) * static_cast<float>(T) * static_cast<float>(n));
 
         model_.zero_grad(dev);
-        double loss_sum = 0.0;
+        // The loss adds up on the device and is read once, below.
+        fill_zero(dev, loss_sum_.data(), 1);
         for (const MicroBatch& mb : micro_batches) {
-            loss_sum += model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss);
+            (void)model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss, loss_sum_.data());
             model_.backward(ctx, mb.tokens);
         }
 
@@ -170,7 +177,10 @@ public:
         if (!found_inf) optimizer_.step(dev, model_.parameters(), model_.gradients(), lr, clip_factor(norm, config_.max_grad_norm));
         if constexpr (Precision::has_loss_scaler) this->scaler.update(found_inf);
         if (found_inf) ++skipped_;
-        return {static_cast<float>(loss_sum / n), norm, scale, found_inf, std::int64_t{n} * B * T};
+        double loss_sum = 0.0;
+        download(dev, &loss_sum, loss_sum_.data(), 1);
+        const std::int64_t tokens = std::int64_t{n} * B * T;
+        return {static_cast<float>(loss_sum / static_cast<double>(tokens)), norm, scale, found_inf, tokens};
     }
 
     // The loss scale the next update will use (1 without a scaler).
@@ -210,6 +220,7 @@ private:
     AdamW<Act, D> optimizer_;
     GradNorm<D> grad_norm_;
     Buffer<float, D> found_inf_;
+    Buffer<double, D> loss_sum_;  // (1) this update's token losses, summed on the device
     std::vector<Recompute> plan_;
     int planned_B_ = 0, planned_T_ = 0;
     std::int64_t skipped_ = 0;
