@@ -271,6 +271,21 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
             snug::cuda::layernorm_forward(dev, out + r * N * C, mean + r * N, rstd + r * N, inp + r * N * C, w.p, b.p,
                                           N, C);
         }, R);
+        // A block's second residual add and its ln2: res read and written, x
+        // read, out written; fused, and as the two kernels it replaces (one
+        // more pass over res).
+        memory_row("residual_layernorm_forward", dt, rows_shape, {4.0 * double(N * C) * A + 8.0 * N}, ceil.copy_gbs,
+                   [&](int r) {
+            snug::cuda::residual_layernorm_forward(dev, out + r * N * C, mean + r * N, rstd + r * N, dinp + r * N * C,
+                                                   inp + r * N * C, w.p, b.p, N, C);
+        }, R);
+        memory_row("add_inplace+layernorm_forward", dt, rows_shape, {4.0 * double(N * C) * A + 8.0 * N},
+                   ceil.copy_gbs, [&](int r) {
+            snug::cuda::add_inplace(dev, dinp + r * N * C, inp + r * N * C, N * C);
+            snug::cuda::layernorm_forward(dev, out + r * N * C, mean + r * N, rstd + r * N, dinp + r * N * C, w.p, b.p,
+                                          N, C);
+        }, R);
+        fill(dinp.p, dinp.n, 5);
         // dout, inp read; dinp read and written (it accumulates); mean, rstd read.
         memory_row("layernorm_backward", dt, rows_shape, {4.0 * double(N * C) * A + 8.0 * N}, ceil.copy_gbs,
                    [&](int r) {

@@ -5,7 +5,8 @@
 // and the padded columns set to 0. dloss == 0 must leave the logits untouched,
 // padding included; a target outside [0, V) gives a NaN loss and an untouched
 // row. Sizes cover V = 1, V not a multiple of 8, Vp > V, and GPT-2's
-// vocabulary. Runs only where a GPU exists.
+// vocabulary; Vp a multiple of 8 takes the 16-byte vector path (V % W
+// columns in the scalar tail), Vp = 513 one column at a time. Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
 #include <bit>

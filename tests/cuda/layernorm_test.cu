@@ -4,9 +4,14 @@
 // float, bfloat16 and half. Tolerances (DESIGN.md): the statistics and the fp32
 // parameter gradients within 1e-5 for every T, activations within 1e-5 (fp32)
 // or 1e-2 (16-bit), relative to |host| + rms(host). Sizes cover C = 1, C not a
-// multiple of 32, C > 1024, one row and many. The backward must give the same
+// multiple of 32, C > 1024, one row and many, and both the 16-byte vector
+// path (C a multiple of 4 floats or 8 16-bit values: 8, 100 for fp32, 768,
+// 1000 — 125 vectors, not a multiple of the warp) and one value at a time. The backward must give the same
 // bits on every run. Each with and without a Blas on the device tag (its
 // workspace holds the parameter gradients' partial sums over row chunks).
+// residual_layernorm_forward gives exactly the bits of the two kernels it
+// fuses (add_inplace, layernorm_forward) and is within the tolerances above
+// of its host twin.
 // Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
@@ -93,7 +98,8 @@ TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda]
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     snug::Generator rng(seed);
-    const std::pair<std::int64_t, int> sizes[] = {{1, 1}, {3, 1}, {1, 37}, {7, 100}, {64, 768}, {1000, 33}, {5, 1601}};
+    const std::pair<std::int64_t, int> sizes[] = {{1, 1},   {3, 1},     {1, 37},   {7, 100}, {64, 768},
+                                                   {1000, 33}, {5, 1601}, {2, 8}, {9, 1000}};
     for (const auto& [N, C] : sizes) {
         check_layernorm<TestType>(rng, N, C, false);
         check_layernorm<TestType>(rng, N, C, true);
@@ -101,6 +107,61 @@ TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda]
     CHECK(snug::cuda::detail::layernorm_params_chunks(1000, 33, std::size_t{1} << 20) == 16);  // 1000 / 64 rows
     CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, std::size_t{1} << 20) == 170);  // 2^18 / 1536
     CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, 0) == 1);
+}
+
+TEMPLATE_TEST_CASE("cuda residual_layernorm_forward: the bits of add_inplace then layernorm_forward, near the host's",
+                   "[cuda][layernorm]", float, snug::bfloat16, snug::half) {
+    using T = TestType;
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const snug::Host host;
+    const Cuda dev{};
+    const std::pair<std::int64_t, int> sizes[] = {{3, 37}, {64, 768}, {9, 1000}, {1, 8}};
+    for (const auto& [N, C] : sizes) {
+        INFO("N = " << N << ", C = " << C);
+        MemoryTracker tracker;
+        const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+        const auto rows = static_cast<std::size_t>(N);
+        const auto res = random_values<T>(rng, n, -2.0f, 3.0f);
+        const auto x = random_values<T>(rng, n, -1.0f, 1.0f);
+        const auto weight = random_values<T>(rng, static_cast<std::size_t>(C), 0.5f, 1.5f);
+        const auto bias = random_values<T>(rng, static_cast<std::size_t>(C), -0.5f, 0.5f);
+        auto x_d = to_device(tracker, x);
+        auto weight_d = to_device(tracker, weight);
+        auto bias_d = to_device(tracker, bias);
+
+        auto res_d = to_device(tracker, res);
+        auto out_d = poisoned<T>(tracker, n);
+        auto mean_d = poisoned<float>(tracker, rows);
+        auto rstd_d = poisoned<float>(tracker, rows);
+        snug::cuda::residual_layernorm_forward(dev, out_d.data(), mean_d.data(), rstd_d.data(), res_d.data(),
+                                               x_d.data(), weight_d.data(), bias_d.data(), N, C);
+        // The two kernels it fuses.
+        auto res2_d = to_device(tracker, res);
+        auto out2_d = poisoned<T>(tracker, n);
+        auto mean2_d = poisoned<float>(tracker, rows);
+        auto rstd2_d = poisoned<float>(tracker, rows);
+        snug::cuda::add_inplace(dev, res2_d.data(), x_d.data(), std::int64_t(n));
+        snug::cuda::layernorm_forward(dev, out2_d.data(), mean2_d.data(), rstd2_d.data(), res2_d.data(),
+                                      weight_d.data(), bias_d.data(), N, C);
+        check_same_bits(to_host(res_d), to_host(res2_d), "res");
+        check_same_bits(to_host(out_d), to_host(out2_d), "out");
+        check_same_bits(to_host(mean_d), to_host(mean2_d), "mean");
+        check_same_bits(to_host(rstd_d), to_host(rstd2_d), "rstd");
+        // And the host twin.
+        std::vector<T> res_h = res, out_h(n);
+        std::vector<float> mean_h(rows), rstd_h(rows);
+        snug::host::residual_layernorm_forward(host, out_h.data(), mean_h.data(), rstd_h.data(), res_h.data(),
+                                               x.data(), weight.data(), bias.data(), N, C);
+        check_same_bits(to_host(res_d), res_h, "res (host)");  // one rounding of an fp32 sum on both
+        check_close(to_host(out_d), out_h, tolerance<T>(), "out (host)");
+        check_close(to_host(mean_d), mean_h, 1e-5, "mean (host)");
+        check_close(to_host(rstd_d), rstd_h, 1e-5, "rstd (host)");
+    }
+    float* f = nullptr;
+    CHECK_THROWS_WITH(snug::cuda::residual_layernorm_forward(dev, f, f, f, f, f, f, f, 4, 0),
+                      Contains("residual_layernorm_forward") && Contains("C = 0"));
 }
 
 TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[cuda][layernorm]") {

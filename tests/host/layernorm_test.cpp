@@ -83,6 +83,32 @@ TEST_CASE("layernorm_forward (float) against a double reference", "[layernorm]")
     }
 }
 
+TEST_CASE("residual_layernorm_forward: res += x, then the norm of the sum, against a double reference",
+          "[layernorm]") {
+    const Device dev;
+    const std::int64_t N = 9;
+    const int C = 40;
+    const auto n = static_cast<std::size_t>(N) * C;
+    const auto res0 = random_values<float>(n, 4, -2.0, 3.0);
+    const auto x = random_values<float>(n, 5, -1.0, 1.0);
+    const auto w = random_values<float>(static_cast<std::size_t>(C), 6);
+    const auto b = random_values<float>(static_cast<std::size_t>(C), 7);
+    std::vector<float> res = res0, out(n, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> mean(static_cast<std::size_t>(N), std::numeric_limits<float>::quiet_NaN()), rstd = mean;
+    snug::host::residual_layernorm_forward(dev, out.data(), mean.data(), rstd.data(), res.data(), x.data(), w.data(),
+                                           b.data(), N, C);
+    std::vector<double> sum(n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = double(res0[i]) + double(x[i]);
+    CHECK(max_rel(res, sum, 1e-6) < 1e-7);  // one float rounding
+    const Reference r = reference_forward(res, w, b, N, C);
+    CHECK(max_rel(out, r.out, 1e-2) < 2e-5);
+    CHECK(max_rel(mean, r.mean, 1e-2) < 1e-5);
+    CHECK(max_rel(rstd, r.rstd, 0.0) < 1e-5);
+    CHECK_THROWS_AS(snug::host::residual_layernorm_forward(dev, out.data(), mean.data(), rstd.data(), res.data(),
+                                                           x.data(), w.data(), b.data(), N, 0),
+                    snug::ShapeError);
+}
+
 TEST_CASE("layernorm_forward (double): double statistics, or float ones", "[layernorm]") {
     const Device dev;
     const std::int64_t N = 6;

@@ -1,6 +1,7 @@
 // The CUDA fused softmax + cross-entropy: per-row losses -log softmax(logits)[target]
 // and, in place of the logits, their gradient (softmax - onehot(target)) * dloss.
-// Probabilities are never stored separately.
+// Probabilities are never stored separately. 128-bit loads and stores where
+// the padded row length and the pointer allow.
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
@@ -64,17 +65,36 @@ __device__ inline SoftmaxState block_softmax_combine(SoftmaxState s, float* scra
     return w;
 }
 
+// Adds v to a running softmax state.
+__device__ inline void softmax_add(SoftmaxState& s, float v) {
+    if (v > s.max) {
+        s.sum = s.sum * expf(s.max - v) + 1.0f;
+        s.max = v;
+    } else {
+        s.sum += v == s.max ? 1.0f : expf(v - s.max);  // a NaN v makes the sum NaN
+    }
+}
+
+// Elements per 16-byte vector of T.
+template <class T>
+inline constexpr int cross_entropy_vec = static_cast<int>(16 / sizeof(T));
+
 // One block per row (grid-stride over rows). Pass 1: each thread keeps an
 // online (max, sum) over its strided columns, the block combines them. Then
 // the loss; pass 2 (only when dloss != 0) overwrites the row with the gradient.
+// W columns per load and store: 16 bytes when Vp is a multiple of that and the
+// logits are aligned (pass 1 takes the whole vectors below V, then the last
+// V % W columns one each), else W = 1.
 // T: float, snug::bfloat16 or snug::half; math in fp32.
-template <class T>
+template <class T, int W>
 __global__ void __launch_bounds__(cross_entropy_threads)
     softmax_cross_entropy_kernel(float* losses,                // (N)
                                  T* logits,                    // (N, Vp)
                                  const std::int32_t* targets,  // (N)
                                  std::int64_t N, int V, int Vp, float dloss) {
+    using Vec = detail::Vec<T, W>;
     auto& scratch = block_shared<float[64]>();
+    const int tid = static_cast<int>(threadIdx.x);
     for (std::int64_t row = blockIdx.x; row < N; row += gridDim.x) {
         T* x = logits + row * Vp;
         const std::int32_t target = targets[row];
@@ -86,27 +106,31 @@ __global__ void __launch_bounds__(cross_entropy_threads)
         // Read before any thread of the block writes the row.
         const float x_target = static_cast<float>(x[target]);
         SoftmaxState s{-INFINITY, 0.0f};
-        for (int j = static_cast<int>(threadIdx.x); j < V; j += cross_entropy_threads) {
-            const float v = static_cast<float>(x[j]);
-            if (v > s.max) {
-                s.sum = s.sum * expf(s.max - v) + 1.0f;
-                s.max = v;
-            } else {
-                s.sum += v == s.max ? 1.0f : expf(v - s.max);  // a NaN v makes the sum NaN
-            }
+        const int whole = V / W;  // vectors entirely below V
+        for (int v = tid; v < whole; v += cross_entropy_threads) {
+            const Vec xv = reinterpret_cast<const Vec*>(x)[v];
+#pragma unroll
+            for (int j = 0; j < W; ++j) softmax_add(s, static_cast<float>(xv.v[j]));
         }
+        for (int j = whole * W + tid; j < V; j += cross_entropy_threads) softmax_add(s, static_cast<float>(x[j]));
         s = block_softmax_combine(s, scratch);
         if (threadIdx.x == 0) losses[row] = (s.max - x_target) + logf(s.sum);
         if (dloss != 0.0f) {
             const float scale = dloss / s.sum;
-            for (int j = static_cast<int>(threadIdx.x); j < Vp; j += cross_entropy_threads) {
-                float g = 0.0f;
-                if (j == target) {
-                    g = (expf(x_target - s.max) / s.sum - 1.0f) * dloss;
-                } else if (j < V) {
-                    g = expf(static_cast<float>(x[j]) - s.max) * scale;
+            for (int v = tid; v < Vp / W; v += cross_entropy_threads) {
+                Vec xv = reinterpret_cast<const Vec*>(x)[v];
+#pragma unroll
+                for (int k = 0; k < W; ++k) {
+                    const int j = v * W + k;
+                    float g = 0.0f;
+                    if (j == target) {
+                        g = (expf(x_target - s.max) / s.sum - 1.0f) * dloss;
+                    } else if (j < V) {
+                        g = expf(static_cast<float>(xv.v[k]) - s.max) * scale;
+                    }
+                    xv.v[k] = T(g);
                 }
-                x[j] = T(g);
+                reinterpret_cast<Vec*>(x)[v] = xv;
             }
         }
     }
@@ -132,8 +156,13 @@ void softmax_cross_entropy(const Device& dev, float* losses,  // (N)
     ops::check_cross_entropy(op, N, V, Vp);
     if (N == 0) return;
     const auto blocks = static_cast<unsigned>(N < (std::int64_t{1} << 20) ? N : (std::int64_t{1} << 20));
-    launch<detail::softmax_cross_entropy_kernel<T>>(blocks, detail::cross_entropy_threads, 0, dev.stream, losses,
-                                                    logits, targets, N, V, Vp, dloss);
+    constexpr int W = detail::cross_entropy_vec<T>;
+    if (Vp % W == 0 && detail::vec_aligned<T, W>(logits))
+        launch<detail::softmax_cross_entropy_kernel<T, W>>(blocks, detail::cross_entropy_threads, 0, dev.stream, losses,
+                                                           logits, targets, N, V, Vp, dloss);
+    else
+        launch<detail::softmax_cross_entropy_kernel<T, 1>>(blocks, detail::cross_entropy_threads, 0, dev.stream, losses,
+                                                           logits, targets, N, V, Vp, dloss);
 }
 
 }  // namespace snug::cuda

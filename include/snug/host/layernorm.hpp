@@ -15,6 +15,7 @@
 
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
+#include "snug/host/elementwise.hpp"
 #include "snug/host/math.hpp"
 #include "snug/ops/layernorm.hpp"
 
@@ -64,6 +65,23 @@ void layernorm_forward(const Device&, T* out,  // (N, C)
             rstd[n] = static_cast<S>(rs);
         }
     });
+}
+
+// res += x (rounded to T), then out = LayerNorm(res) as layernorm_forward:
+// a block's second residual add and its ln2. The host twin of the fused CUDA
+// kernel, composed of the two host kernels.
+template <HostFloat T, LayerNormStat<T> S>
+void residual_layernorm_forward(const Device& dev, T* out,  // (N, C)
+                                S* mean,                    // (N)
+                                S* rstd,                    // (N)
+                                T* res,                     // (N, C) += x
+                                const T* x,                 // (N, C)
+                                const T* weight,            // (C)
+                                const T* bias,              // (C)
+                                std::int64_t N, int C) {
+    ops::check_layernorm("residual_layernorm_forward", N, C);
+    add_inplace(dev, res, x, N * C);
+    layernorm_forward(dev, out, mean, rstd, res, weight, bias, N, C);
 }
 
 // With xhat = (inp - mean) * rstd and g = weight * dout, per row:

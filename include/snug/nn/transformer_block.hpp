@@ -90,10 +90,10 @@ public:
         mlp_mark_ = a.mark();  // what the MLP's backward is the last to need lies above
         s_.res = a.template push<Act>(N * C_, "residual 2");
         linear_forward(dev, s_.res, s_.atty, w_.attprojw, w_.attprojb, N, C_, C_);
-        add_inplace(dev, s_.res, x.data(), N * C_);
 
         push_ln(dropped, N, s_.ln2, s_.ln2_mean, s_.ln2_rstd, "ln2");
-        layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, w_.ln2w, w_.ln2b, N, C_);
+        // r = x + c_proj(...) and ln2(r) in one pass over r and x.
+        residual_layernorm_forward(dev, s_.ln2, s_.ln2_mean, s_.ln2_rstd, s_.res, x.data(), w_.ln2w, w_.ln2b, N, C_);
         s_.fch = a.template push<Act>(N * 4 * C_, "mlp hidden");
         linear_forward(dev, s_.fch, s_.ln2, w_.fcw, w_.fcb, N, C_, 4 * C_);
         if (selective_) ctx.scratch.release_to(scratch_mark);
