@@ -33,9 +33,9 @@
 #include "snug/core/memory_tracker.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
-#include "snug/nn/classifier.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
+#include "snug/nn/lm_pass.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
 #include "snug/nn/upload_weights.hpp"
@@ -122,61 +122,30 @@ public:
     // an update's loss once, not once per micro-batch.
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                   float dloss, double* loss_sum = nullptr) {
-        if (dloss != 0.0f && targets == nullptr)
-            throw Error("CausalLM::forward: a training pass (dloss != 0) needs targets");
-        forward_to_final_norm(ctx, tokens, B, T);
-        const std::int64_t N = std::int64_t{B} * T, Vp = config_.padded_vocab_size;
-        auto& a = ctx.activations;
-        pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
-        if (targets == nullptr) {
-            logits_ = a.template push<Act>(N * Vp, "logits");
-            logits_rows_ = T;
-            linear_forward(ctx.device, logits_, normed_, param(head_), static_cast<const Act*>(nullptr), N, C_,
-                           config_.padded_vocab_size);
-            return std::numeric_limits<float>::quiet_NaN();
-        }
-        float loss = 0.0f;
-        try {
-            if (dloss != 0.0f) dnormed_ = a.template push<Act>(N * C_, "d final norm (from the head)");
-            loss = classifier_loss(ctx, dnormed_, dloss != 0.0f ? grad(head_) : nullptr, normed_, param(head_),
-                                   targets, N, C_, config_.vocab_size, config_.padded_vocab_size, dloss,
-                                   config_.classifier_chunk, loss_sum);
-        } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
-            ctx.scratch.release_to(scratch_mark_);
-            a.release_to(mark_);
-            end_pass();
-            throw;
-        }
-        ctx.scratch.pop(normed_);
-        normed_ = nullptr;
-        return loss;
+        pass_.check_forward(targets, dloss);
+        Act* normed = forward_to_final_norm(ctx, tokens, B, T);
+        return pass_.head(ctx, normed, param(head_), grad(head_), targets, dloss, loss_sum, C_, config_.vocab_size,
+                          config_.padded_vocab_size, config_.classifier_chunk);
     }
 
     // Forward over tokens (B, T) keeping only each sequence's last logits
     // (B, 1, Vp), readable through logits() until release(): what sampling
     // the next token needs.
     void forward_last(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
-        forward_to_final_norm(ctx, tokens, B, T);
-        pending_ = Pending::release;
-        logits_ = ctx.activations.template push<Act>(std::int64_t{B} * config_.padded_vocab_size, "last logits");
-        logits_rows_ = 1;
-        last_position_logits(ctx.device, logits_, normed_, param(head_), B, T, C_, config_.padded_vocab_size);
+        const Act* normed = forward_to_final_norm(ctx, tokens, B, T);
+        pass_.head_last(ctx, normed, param(head_), C_, config_.padded_vocab_size);
     }
 
     // Logits (B, T, Vp) of the last forward without targets, or (B, 1, Vp) of
     // forward_last; valid until release().
-    TensorView<Act, D> logits() const {
-        if (pending_ == Pending::none || logits_ == nullptr)
-            throw Error("CausalLM::logits: no forward pass without targets is in progress");
-        return {logits_, {B_, logits_rows_, config_.padded_vocab_size}};
-    }
+    TensorView<Act, D> logits() const { return pass_.logits(); }
 
     // Adds this pass's parameter gradients into gradients() and frees the
     // pass's activations.
     void backward(Context<D>& ctx, const std::int32_t* tokens) {
-        if (pending_ != Pending::backward)
-            throw Error("CausalLM::backward: needs a preceding forward() with targets and dloss != 0");
-        const std::int64_t N = std::int64_t{B_} * T_;
+        const Act* dnormed = pass_.begin_backward();
+        const int B = pass_.B(), T = pass_.T();
+        const std::int64_t N = std::int64_t{B} * T;
         const D& dev = ctx.device;
         auto& tmp = ctx.scratch;
         const auto scratch_mark = tmp.mark();
@@ -184,25 +153,17 @@ public:
         Act* dres = tmp.template push<Act>(N * C_, "d residual");
         Act* dother = tmp.template push<Act>(N * C_, "d residual (other)");
         fill_zero(dev, dres, N * C_);
-        norm_.backward(dev, dres, dnormed_, x_last_, N);
+        norm_.backward(dev, dres, dnormed, x_last_, N);
         // The head's activations go before the blocks' backward, which may recompute.
-        ctx.activations.release_to(head_mark_);
+        pass_.release_head(ctx);
         dres = blocks_.backward(ctx, dres, dother);
-        encoder_backward(dev, grad(embed_), positions_ >= 0 ? grad(positions_) : nullptr, dres, tokens, B_, T_, C_);
+        encoder_backward(dev, grad(embed_), positions_ >= 0 ? grad(positions_) : nullptr, dres, tokens, B, T, C_);
         tmp.release_to(scratch_mark);
-        ctx.activations.release_to(mark_);
-        end_pass();
+        pass_.end_backward(ctx);
     }
 
     // Ends a forward pass that is not followed by backward (evaluation, sampling).
-    void release(Context<D>& ctx) {
-        if (pending_ == Pending::none) return;
-        if (pending_ == Pending::backward)
-            throw Error("CausalLM::release: this forward pass was a training pass; call backward()");
-        ctx.scratch.release_to(scratch_mark_);
-        ctx.activations.release_to(mark_);
-        end_pass();
-    }
+    void release(Context<D>& ctx) { pass_.release(ctx); }
 
     // Mean validation loss of one batch, leaving no trace in the gradients.
     float evaluate(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
@@ -212,34 +173,20 @@ public:
     }
 
 private:
-    enum class Pending { none, backward, release };
-
-    // The embedding, the blocks and the final norm: normed_ (B T, C) in
-    // ctx.scratch (the caller pops it), the norm's statistics kept for backward.
-    void forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
-        if (pending_ != Pending::none)
-            throw Error("CausalLM::forward: the previous pass was not finished (call backward() or release())");
-        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
-            throw ShapeError("CausalLM::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
-                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
-        B_ = B;
-        T_ = T;
+    // The embedding, the blocks and the final norm: returns the norm's output
+    // (B T, C), in ctx.scratch (the head pops it); its statistics are kept.
+    Act* forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        pass_.begin(ctx, B, T, config_.max_seq_len);
         const std::int64_t N = std::int64_t{B} * T;
         const D& dev = ctx.device;
         auto& a = ctx.activations;
-        mark_ = a.mark();
-        scratch_mark_ = ctx.scratch.mark();
         Act* x0 = a.template push<Act>(N * C_, "embedding");
         encoder_forward(dev, x0, tokens, param(embed_), positions_ >= 0 ? param(positions_) : nullptr, B, T, C_);
         x_last_ = blocks_.forward(ctx, TensorView<const Act, D>(x0, {B, T, C_})).data();
-        head_mark_ = a.mark();
-        normed_ = ctx.scratch.template push<Act>(N * C_, "final norm");
-        norm_.forward(a, dev, normed_, x_last_, N);
-    }
-
-    void end_pass() {
-        pending_ = Pending::none;
-        normed_ = dnormed_ = logits_ = nullptr;
+        pass_.mark_head(ctx);
+        Act* normed = ctx.scratch.template push<Act>(N * C_, "final norm");
+        norm_.forward(a, dev, normed, x_last_, N);
+        return normed;
     }
 
     static Config validated(const Config& c) {
@@ -286,16 +233,8 @@ private:
     Buffer<Act, D> params_;
     Buffer<float, D> grads_;
     // The pass in flight.
-    Pending pending_ = Pending::none;
-    int B_ = 0, T_ = 0;
-    typename ActivationArena<D>::Mark mark_{};       // before the embedding
-    typename ActivationArena<D>::Mark head_mark_{};  // before the final norm's statistics and the head's
-    typename ActivationArena<D>::Mark scratch_mark_{};
-    Act* x_last_ = nullptr;   // (B, T, C) the last block's output
-    Act* normed_ = nullptr;   // (B, T, C) in scratch until the head is done
-    Act* dnormed_ = nullptr;  // (B, T, C) training: d loss / d normed, from the head
-    Act* logits_ = nullptr;   // (B, logits_rows_, Vp) without targets
-    int logits_rows_ = 0;
+    LMPass<Act, D> pass_{"CausalLM"};
+    Act* x_last_ = nullptr;  // (B, T, C) the last block's output
 };
 
 }  // namespace snug

@@ -26,7 +26,7 @@
 #include "snug/core/rng.hpp"
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
-#include "snug/nn/classifier.hpp"
+#include "snug/nn/lm_pass.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
@@ -108,64 +108,33 @@ public:
     // an update's loss once, not once per micro-batch.
     float forward(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T,
                   float dloss, double* loss_sum = nullptr) {
-        if (dloss != 0.0f && targets == nullptr)
-            throw Error("GPT::forward: a training pass (dloss != 0) needs targets");
-        forward_to_final_norm(ctx, tokens, B, T);
-        const std::int64_t N = std::int64_t{B} * T, C = config_.channels, Vp = config_.padded_vocab_size;
+        pass_.check_forward(targets, dloss);
+        Act* lnf = forward_to_final_norm(ctx, tokens, B, T);
         const GPTTensors<Act> w(params_.data(), config_);
         const GPTTensors<float> g(grads_.data(), config_);
-        auto& a = ctx.activations;
-        pending_ = dloss != 0.0f ? Pending::backward : Pending::release;
-        if (targets == nullptr) {
-            logits_ = a.template push<Act>(N * Vp, "logits");
-            logits_rows_ = T;
-            linear_forward(ctx.device, logits_, lnf_, w[GPTTensor::wte], static_cast<const Act*>(nullptr), N,
-                           config_.channels, config_.padded_vocab_size);
-            return std::numeric_limits<float>::quiet_NaN();
-        }
-        float loss = 0.0f;
-        try {
-            if (dloss != 0.0f) dlnf_ = a.template push<Act>(N * C, "d lnf (from the head)");
-            loss = classifier_loss(ctx, dlnf_, dloss != 0.0f ? g[GPTTensor::wte] : nullptr, lnf_, w[GPTTensor::wte],
-                                   targets, N, config_.channels, config_.vocab_size, config_.padded_vocab_size, dloss,
-                                   config_.classifier_chunk, loss_sum);
-        } catch (...) {  // a bad target (host) or no memory: the pass is undone, the gradients untouched
-            ctx.scratch.release_to(scratch_mark_);
-            a.release_to(mark_);
-            end_pass();
-            throw;
-        }
-        ctx.scratch.pop(lnf_);
-        lnf_ = nullptr;
-        return loss;
+        return pass_.head(ctx, lnf, w[GPTTensor::wte], g[GPTTensor::wte], targets, dloss, loss_sum, config_.channels,
+                          config_.vocab_size, config_.padded_vocab_size, config_.classifier_chunk);
     }
 
     // Forward over tokens (B, T) keeping only each sequence's last logits
     // (B, 1, Vp), readable through logits() until release(): what sampling
     // the next token needs.
     void forward_last(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
-        forward_to_final_norm(ctx, tokens, B, T);
-        pending_ = Pending::release;
-        logits_ = ctx.activations.template push<Act>(std::int64_t{B} * config_.padded_vocab_size, "last logits");
-        logits_rows_ = 1;
-        last_position_logits(ctx.device, logits_, lnf_, GPTTensors<Act>(params_.data(), config_)[GPTTensor::wte], B,
-                             T, config_.channels, config_.padded_vocab_size);
+        const Act* lnf = forward_to_final_norm(ctx, tokens, B, T);
+        pass_.head_last(ctx, lnf, GPTTensors<Act>(params_.data(), config_)[GPTTensor::wte], config_.channels,
+                        config_.padded_vocab_size);
     }
 
     // Logits (B, T, Vp) of the last forward without targets, or (B, 1, Vp) of
     // forward_last; valid until release().
-    TensorView<Act, D> logits() const {
-        if (pending_ == Pending::none || logits_ == nullptr)
-            throw Error("GPT::logits: no forward pass without targets is in progress");
-        return {logits_, {B_, logits_rows_, config_.padded_vocab_size}};
-    }
+    TensorView<Act, D> logits() const { return pass_.logits(); }
 
     // Adds this pass's parameter gradients into gradients() (fp32) and frees
     // the pass's activations.
     void backward(Context<D>& ctx, const std::int32_t* tokens) {
-        if (pending_ != Pending::backward)
-            throw Error("GPT::backward: needs a preceding forward() with targets and dloss != 0");
-        const std::int64_t N = std::int64_t{B_} * T_;
+        const Act* dlnf = pass_.begin_backward();
+        const int B = pass_.B(), T = pass_.T();
+        const std::int64_t N = std::int64_t{B} * T;
         const int C = config_.channels;
         const D& dev = ctx.device;
         auto& tmp = ctx.scratch;
@@ -177,26 +146,18 @@ public:
         Act* dres = tmp.template push<Act>(N * C, "d residual");
         Act* dother = tmp.template push<Act>(N * C, "d residual (other)");
         fill_zero(dev, dres, N * C);
-        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf_, x_last_, w[GPTTensor::lnfw],
+        layernorm_backward(dev, dres, g[GPTTensor::lnfw], g[GPTTensor::lnfb], dlnf, x_last_, w[GPTTensor::lnfw],
                            lnf_mean_, lnf_rstd_, N, C);
         // The head's activations go before the blocks' backward, which may recompute.
-        ctx.activations.release_to(head_mark_);
+        pass_.release_head(ctx);
         dres = blocks_.backward(ctx, dres, dother);
-        encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B_, T_, C);
+        encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B, T, C);
         tmp.release_to(scratch_mark);
-        ctx.activations.release_to(mark_);
-        end_pass();
+        pass_.end_backward(ctx);
     }
 
     // Ends a forward pass that is not followed by backward (evaluation, sampling).
-    void release(Context<D>& ctx) {
-        if (pending_ == Pending::none) return;
-        if (pending_ == Pending::backward)
-            throw Error("GPT::release: this forward pass was a training pass; call backward()");
-        ctx.scratch.release_to(scratch_mark_);
-        ctx.activations.release_to(mark_);
-        end_pass();
-    }
+    void release(Context<D>& ctx) { pass_.release(ctx); }
 
     // Mean validation loss of one batch, leaving no trace in the gradients.
     float evaluate(Context<D>& ctx, const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
@@ -206,38 +167,24 @@ public:
     }
 
 private:
-    enum class Pending { none, backward, release };
-
-    // The embedding, the blocks and ln_f: lnf_ (B T, C) in ctx.scratch (the
-    // caller pops it), its mean and rstd kept for backward.
-    void forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
-        if (pending_ != Pending::none)
-            throw Error("GPT::forward: the previous pass was not finished (call backward() or release())");
-        if (B <= 0 || T <= 0 || T > config_.max_seq_len)
-            throw ShapeError("GPT::forward: B = " + std::to_string(B) + " and T = " + std::to_string(T) +
-                             " must be positive, T at most max_seq_len = " + std::to_string(config_.max_seq_len));
-        B_ = B;
-        T_ = T;
+    // The embedding, the blocks and ln_f: returns ln_f's output (B T, C), in
+    // ctx.scratch (the head pops it); its mean and rstd are kept for backward.
+    Act* forward_to_final_norm(Context<D>& ctx, const std::int32_t* tokens, int B, int T) {
+        pass_.begin(ctx, B, T, config_.max_seq_len);
         const std::int64_t N = std::int64_t{B} * T, C = config_.channels;
         const D& dev = ctx.device;
         auto& a = ctx.activations;
-        mark_ = a.mark();
-        scratch_mark_ = ctx.scratch.mark();
         const GPTTensors<Act> w(params_.data(), config_);
         Act* x0 = a.template push<Act>(N * C, "embedding");
         encoder_forward(dev, x0, tokens, w[GPTTensor::wte], w[GPTTensor::wpe], B, T, config_.channels);
-        x_last_ = blocks_.forward(ctx, view(x0)).data();
-        head_mark_ = a.mark();
+        x_last_ = blocks_.forward(ctx, TensorView<const Act, D>(x0, {B, T, config_.channels})).data();
+        pass_.mark_head(ctx);
         lnf_mean_ = a.template push<float>(N, "lnf mean");
         lnf_rstd_ = a.template push<float>(N, "lnf rstd");
-        lnf_ = ctx.scratch.template push<Act>(N * C, "lnf");
-        layernorm_forward(dev, lnf_, lnf_mean_, lnf_rstd_, x_last_, w[GPTTensor::lnfw], w[GPTTensor::lnfb], N,
+        Act* lnf = ctx.scratch.template push<Act>(N * C, "lnf");
+        layernorm_forward(dev, lnf, lnf_mean_, lnf_rstd_, x_last_, w[GPTTensor::lnfw], w[GPTTensor::lnfb], N,
                           config_.channels);
-    }
-
-    void end_pass() {
-        pending_ = Pending::none;
-        lnf_ = dlnf_ = logits_ = nullptr;
+        return lnf;
     }
 
     static LayerStack<TransformerBlock<Act, D>> make_blocks(const GPTConfig& c, Act* params, float* grads) {
@@ -259,25 +206,15 @@ private:
                 t.layer(GPTTensor::fcb, l), t.layer(GPTTensor::fcprojw, l), t.layer(GPTTensor::fcprojb, l)};
     }
 
-    TensorView<Act, D> view(Act* p) const { return {p, {B_, T_, config_.channels}}; }
-
     GPTConfig config_;
     Buffer<Act, D> params_;
     Buffer<float, D> grads_;
     LayerStack<TransformerBlock<Act, D>> blocks_;
     // The current pass.
-    Pending pending_ = Pending::none;
-    int B_ = 0, T_ = 0;
-    typename ActivationArena<D>::Mark mark_{};       // before the embedding
-    typename ActivationArena<D>::Mark head_mark_{};  // before ln_f's statistics and the head's
-    typename ActivationArena<D>::Mark scratch_mark_{};
+    LMPass<Act, D> pass_{"GPT"};
     Act* x_last_ = nullptr;  // (B, T, C) the last block's output
-    Act* lnf_ = nullptr;     // (B, T, C) in scratch until the head is done
     float* lnf_mean_ = nullptr;
     float* lnf_rstd_ = nullptr;
-    Act* dlnf_ = nullptr;    // (B, T, C) training: d loss / d lnf, from the head
-    Act* logits_ = nullptr;  // (B, logits_rows_, Vp) without targets
-    int logits_rows_ = 0;
 };
 
 }  // namespace snug
