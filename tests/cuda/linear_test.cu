@@ -223,6 +223,12 @@ TEST_CASE("cuda Blas caches one plan per problem and records its workspace", "[c
         CHECK(blas.workspace_bytes() == expected);
         CHECK(tracker.current(MemoryCategory::workspace) == expected);
         CHECK(blas.plan_count() == 0);
+        // The workspace as scratch: as many T as fit, none past that.
+        CHECK(blas.scratch_capacity<float>() == expected / 4);
+        CHECK(blas.scratch_capacity<double>() == expected / 8);
+        CHECK(static_cast<void*>(blas.scratch<double>(expected / 8)) == blas.workspace());
+        CHECK(blas.scratch<double>(expected / 8 + 1) == nullptr);
+        CHECK(blas.scratch<float>(expected / 4 + 1) == nullptr);
 
         const auto key = blas.key<snug::half, float>(Op::T, Op::N, 64, 96, 128, 64, 96, 96, false);
         const snug::cuda::MatmulPlan& first = blas.plan(key);

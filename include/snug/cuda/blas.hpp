@@ -171,6 +171,18 @@ public:
     cublasLtHandle_t handle() const noexcept { return handle_; }
     void* workspace() noexcept { return workspace_.data(); }
     std::size_t workspace_bytes() const noexcept { return workspace_.bytes(); }
+    // The workspace as `count` T of scratch for kernels queued on this Blas's
+    // stream between GEMMs (memory already held and tracked); nullptr when it
+    // holds fewer. What the deterministic reductions keep their partial sums in.
+    template <class T>
+    T* scratch(std::size_t count) noexcept {
+        return count <= scratch_capacity<T>() ? reinterpret_cast<T*>(workspace_.data()) : nullptr;
+    }
+    // How many T the workspace holds.
+    template <class T>
+    std::size_t scratch_capacity() const noexcept {
+        return workspace_.bytes() / sizeof(T);
+    }
     // Number of cached plans (found or not).
     std::size_t plan_count() const noexcept { return plans_.size(); }
 

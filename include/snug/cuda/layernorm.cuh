@@ -235,10 +235,10 @@ __global__ void __launch_bounds__(32 * layernorm_row_lanes)
 }
 
 // Row chunks for the parameter gradients of N rows of C channels: about 64
-// rows each, at most 256, at most what `scratch_bytes` holds (2 chunks x C
-// floats each); 1 without scratch.
-inline int layernorm_params_chunks(std::int64_t N, int C, std::size_t scratch_bytes) {
-    const std::int64_t fits = static_cast<std::int64_t>(scratch_bytes / sizeof(float)) / (2 * std::int64_t{C});
+// rows each, at most 256, at most what `scratch_floats` holds (2 x C floats
+// a chunk); 1 without scratch.
+inline int layernorm_params_chunks(std::int64_t N, int C, std::size_t scratch_floats) {
+    const std::int64_t fits = static_cast<std::int64_t>(scratch_floats) / (2 * std::int64_t{C});
     const std::int64_t wanted = (N + layernorm_params_rows_per_chunk - 1) / layernorm_params_rows_per_chunk;
     return static_cast<int>(std::max<std::int64_t>(1, std::min({wanted, layernorm_params_max_chunks, fits})));
 }
@@ -332,8 +332,9 @@ void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
     if (N == 0) return;
     // Partial sums live in the Blas workspace (free between GEMMs on this
     // stream); without a Blas on the device tag, one chunk.
-    float* partial = dev.blas != nullptr ? static_cast<float*>(dev.blas->workspace()) : nullptr;
-    const int chunks = detail::layernorm_params_chunks(N, C, dev.blas != nullptr ? dev.blas->workspace_bytes() : 0);
+    const int chunks =
+        detail::layernorm_params_chunks(N, C, dev.blas != nullptr ? dev.blas->scratch_capacity<float>() : 0);
+    float* partial = dev.blas != nullptr ? dev.blas->scratch<float>(2 * static_cast<std::size_t>(chunks) * C) : nullptr;
     const auto run = [&]<int W>() {
         launch<detail::layernorm_backward_input_kernel<T, W>>(detail::layernorm_row_blocks(N),
                                                               detail::layernorm_rows_per_block * 32, 0, dev.stream,

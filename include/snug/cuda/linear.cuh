@@ -92,11 +92,11 @@ __global__ void bias_grad_finish_kernel(Acc* dbias,          // (OC)
 // dbias (OC) += column sums of dout (N, OC), on dev.stream; N, OC > 0.
 template <class T>
 void bias_grad_accumulate(const Device& dev, Blas& blas, float* dbias, const T* dout, std::int64_t N, int OC) {
-    const std::int64_t scratch_rows = static_cast<std::int64_t>(blas.workspace_bytes() / sizeof(float)) / OC;
+    const auto scratch_rows = static_cast<std::int64_t>(blas.scratch_capacity<float>()) / OC;
     const std::int64_t wanted = (N + bias_grad_rows_per_chunk - 1) / bias_grad_rows_per_chunk;
     const auto chunks = static_cast<int>(std::max<std::int64_t>(
         1, std::min({wanted, bias_grad_max_chunks, scratch_rows})));
-    auto* partial = static_cast<float*>(blas.workspace());
+    float* partial = blas.scratch<float>(static_cast<std::size_t>(chunks) * static_cast<std::size_t>(OC));
     const dim3 grid(static_cast<unsigned>((OC + bias_grad_cols - 1) / bias_grad_cols), static_cast<unsigned>(chunks));
     const dim3 block(bias_grad_cols, bias_grad_lanes);
     launch<bias_grad_partial_kernel<T>>(grid, block, 0, dev.stream, dbias, partial, dout, N, OC);

@@ -175,17 +175,17 @@ inline void sum_squares(const Device& dev, float* out,  // scalar, device memory
                         std::int64_t n) {
     ops::check_non_negative("sum_squares", {{"n", n}});
     const int blocks = static_cast<int>(detail::grid_stride_blocks(n, detail::norm_threads, detail::norm_max_blocks));
-    const std::size_t partial_bytes = sizeof(double) * static_cast<std::size_t>(blocks);
     auto run = [&](double* partial) {
         launch<detail::sum_squares_partial_kernel<float>>(blocks, detail::norm_threads, 0, dev.stream, partial, grad, n);
         launch<detail::sum_squares_final_kernel<float>>(1, detail::norm_threads, 0, dev.stream, out, partial, blocks);
     };
-    if (dev.blas != nullptr && dev.blas->workspace_bytes() >= partial_bytes) {
-        run(static_cast<double*>(dev.blas->workspace()));
+    if (double* scratch = dev.blas != nullptr ? dev.blas->scratch<double>(static_cast<std::size_t>(blocks)) : nullptr) {
+        run(scratch);
         return;
     }
     double* partial = nullptr;
-    check(cudaMallocAsync(reinterpret_cast<void**>(&partial), partial_bytes, dev.stream));
+    check(cudaMallocAsync(reinterpret_cast<void**>(&partial), sizeof(double) * static_cast<std::size_t>(blocks),
+                          dev.stream));
     try {
         run(partial);
     } catch (...) {
