@@ -387,6 +387,7 @@ TEST_CASE("the file's bytes are what the format comment says") {
         CHECK(j["model"]["gpt"]["n_head"] == 2);
         CHECK(j["model"]["gpt"]["channels"] == 32);
         CHECK(j["model"]["gpt"]["attention"] == "flash");  // for information: a run may resume with the other
+        CHECK(j["model"]["gpt"]["classifier_chunk"] == 0);  // automatic; for information too
         CHECK(j["optimizer"]["steps"] == 1);
         CHECK(j["optimizer"]["beta2"].get<double>() == static_cast<double>(0.95f));
         CHECK(j["progress"]["step"] == 1);

@@ -48,9 +48,11 @@
 //     "precision":      the precision policy's name: "fp32", "bf16" or "fp16"
 //     "gpt":            for a model whose config() is a GPTConfig, its shape:
 //                       {"vocab_size", "padded_vocab_size", "max_seq_len",
-//                        "n_layer", "n_head", "channels", "attention"}; absent for
-//                       other models ("attention", "flash" or "materialized", is for
-//                       information: a run may resume with the other kind)
+//                        "n_layer", "n_head", "channels", "attention",
+//                        "classifier_chunk"}; absent for other models ("attention",
+//                       "flash" or "materialized", and "classifier_chunk", the head's
+//                       tokens per chunk with 0 for automatic, are for information: a
+//                       run may resume with others, which change only rounding)
 //   }
 //   "optimizer": {
 //     "name": "adamw",
@@ -320,7 +322,7 @@ inline nlohmann::ordered_json gpt_json(const GPTConfig& c) {
     return {{"vocab_size", c.vocab_size}, {"padded_vocab_size", c.padded_vocab_size},
             {"max_seq_len", c.max_seq_len}, {"n_layer", c.n_layer},
             {"n_head", c.n_head},           {"channels", c.channels},
-            {"attention", attention_kind_name(c.attention)}};
+            {"attention", attention_kind_name(c.attention)}, {"classifier_chunk", c.classifier_chunk}};
 }
 
 inline std::string gpt_text(const GPTConfig& c) {
