@@ -447,7 +447,7 @@ TEST_CASE("the largest model of a family that fits, and one block deeper does no
     CHECK(snug::largest_model_that_fits(family, base, 100).depth == 0);
 }
 
-TEST_CASE("activation_budget (--checkpoint auto): the activation budget for checkpoint::Budget keeps the whole run in budget") {
+TEST_CASE("auto_recompute (--checkpoint auto): the first plan of growing recompute whose whole run fits") {
     const GPTConfig c = shape(64, 16, 4, 2, 16);
     MemoryPlanInput in = plan_input(c, PrecisionKind::bf16, 2, 16, 1, {}, 0, 0);
     const std::size_t keep_all = snug::predict_memory(in).total;
@@ -456,11 +456,36 @@ TEST_CASE("activation_budget (--checkpoint auto): the activation budget for chec
     REQUIRE(full < keep_all);
     in.recompute.clear();
     const std::size_t budget = (keep_all + full) / 2;
-    const std::size_t activation_bytes = snug::activation_budget(in, budget);
-    const Measured m = run_like_trainer<snug::precision::Bf16>(c, 2, 16, 1, snug::checkpoint::Budget(activation_bytes),
-                                                               budget);
+    const std::vector<Recompute> plan = snug::auto_recompute(in, budget);
+    CHECK(plan != std::vector<Recompute>(4, Recompute::none));
+    const Measured m = run_like_trainer<snug::precision::Bf16>(c, 2, 16, 1, snug::checkpoint::Given{plan}, budget);
+    CHECK(m.plan == plan);
     CHECK(m.total <= budget);
-    CHECK(m.plan != std::vector<Recompute>(4, Recompute::none));
-    CHECK(m.peak[static_cast<std::size_t>(MemoryCategory::activations)] <= activation_bytes);
-    CHECK_THROWS_AS(snug::activation_budget(in, 1000), snug::OutOfMemory);
+    CHECK(snug::auto_recompute(in, keep_all) == std::vector<Recompute>(4, Recompute::none));
+    CHECK_THROWS_WITH(snug::auto_recompute(in, 1000), Catch::Contains("no recompute plan fits the budget of 1000 B") &&
+                                                          Catch::Contains("smallest predicted peak of any plan"));
+}
+
+TEST_CASE("auto_recompute judges each plan by its total, not its activations alone") {
+    // train_gpt's tiny fp16 run (2 layers, C 16, V 256, B 2, T 16): full
+    // recomputation of both blocks needs the least in total, but a plan
+    // before it in Budget's order keeps no more activations (and needs more
+    // temporaries), so an activation budget could never reach it: --checkpoint
+    // auto used to refuse budgets that `--checkpoint full` fits.
+    const GPTConfig c = shape(256, 16, 2, 2, 16);
+    MemoryPlanInput in = plan_input(c, PrecisionKind::fp16, 2, 16, 1, {}, 0, 0);
+    const std::vector<Recompute> full(2, Recompute::full);
+    in.recompute = full;
+    const std::size_t full_total = snug::predict_memory(in).required;
+    in.recompute.clear();
+    std::size_t others = static_cast<std::size_t>(-1);  // the least any other plan needs
+    for (const Recompute a : {Recompute::none, Recompute::selective, Recompute::full})
+        for (const Recompute b : {Recompute::none, Recompute::selective, Recompute::full}) {
+            MemoryPlanInput probe = in;
+            probe.recompute = {a, b};
+            if (probe.recompute != full) others = std::min(others, snug::predict_memory(probe).required);
+        }
+    REQUIRE(full_total < others);
+    CHECK(snug::auto_recompute(in, full_total) == full);
+    CHECK_THROWS_AS(snug::auto_recompute(in, full_total - 1), snug::OutOfMemory);
 }

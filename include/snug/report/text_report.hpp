@@ -301,8 +301,9 @@ public:
     }
 
     void activation_budget(std::optional<std::size_t> bytes) override {
-        line(fmt::format("checkpoint auto: {} for activations",
-                         bytes ? format_bytes(*bytes) : std::string("no memory budget, no limit")));
+        line(bytes ? fmt::format("checkpoint auto: the first plan that fits the budget keeps {} of activations",
+                                 format_bytes(*bytes))
+                   : std::string("checkpoint auto: no memory budget, every activation kept"));
     }
     void resumed(const std::string& path, std::int64_t step, double wall) override {
         line(fmt::format("resumed from {} at update {} ({:.1f} s of training so far)", path, step, wall));

@@ -272,21 +272,26 @@ inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c
     return out;
 }
 
-// --checkpoint auto: the activation byte budget to give checkpoint::Budget so
-// that the plan it picks at the input's (B, T) fits `budget` in total
-// (activations, temporaries and everything else). Of the plans Budget tries
-// (in its own order of growing recompute), the first whose choice fits wins.
-// The input's recompute is ignored. Nothing fits: OutOfMemory, naming the
-// budget and the smallest total any plan reaches.
-inline std::size_t activation_budget(const MemoryPlanInput& in, std::size_t budget) {
+// --checkpoint auto: the plan for the input's (B, T) whose whole run fits
+// `budget` (activations, temporaries and everything else), taken in
+// checkpoint::Budget's order of growing recompute (nothing; then selective
+// for one block more at a time; then full for one block more at a time): the
+// first that fits. Each plan is judged by its predicted total, not by its
+// activations alone: a plan that keeps fewer activations may need more
+// temporaries (selective recomputation rebuilds into scratch), so a budget on
+// activations would miss plans that fit. The input's recompute is ignored.
+// Nothing fits: OutOfMemory, naming the budget and the smallest total any of
+// these plans reaches.
+inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::size_t budget) {
     in.validate();
     const GPTConfig& c = in.model;
     // Budget's candidates in its order: with a budget of 0 it asks about each, then gives up.
     std::vector<std::vector<Recompute>> tried;
     CheckpointQuery recorder{c.n_layer, [&](std::span<const Recompute> modes) {
                                  tried.emplace_back(modes.begin(), modes.end());
-                                 return gpt_activation_peak(c, in.precision, in.micro_batch, in.seq, modes);
+                                 return std::size_t{1};
                              }};
+    recorder.selective_available = true;  // GPT's blocks recompute selectively
     try {
         (void)checkpoint::Budget(0).plan(recorder);
     } catch (const OutOfMemory&) {
@@ -295,10 +300,9 @@ inline std::size_t activation_budget(const MemoryPlanInput& in, std::size_t budg
     MemoryPlanInput probe = in;
     std::size_t smallest = static_cast<std::size_t>(-1);
     for (const std::vector<Recompute>& modes : tried) {
-        const std::size_t activation_bytes = gpt_activation_peak(c, in.precision, in.micro_batch, in.seq, modes);
-        probe.recompute = plan_recompute(checkpoint::Budget(activation_bytes), c, in.precision, in.micro_batch, in.seq);
+        probe.recompute = modes;
         const std::size_t total = predict_memory(probe).required;
-        if (total <= budget) return activation_bytes;
+        if (total <= budget) return modes;
         smallest = std::min(smallest, total);
     }
     throw OutOfMemory("checkpoint auto: no recompute plan fits the budget of " + format_bytes(budget) + " (" +

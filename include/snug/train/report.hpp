@@ -125,7 +125,8 @@ public:
     virtual void plan(const PlanAnswer&) {}
 
     // A run, in order.
-    virtual void activation_budget(std::optional<std::size_t> /*bytes*/) {}  // checkpoint auto; nullopt: no limit
+    // checkpoint auto: the activations its plan keeps at their peak; nullopt: no budget, nothing recomputed
+    virtual void activation_budget(std::optional<std::size_t> /*bytes*/) {}
     virtual void resumed(const std::string& /*path*/, std::int64_t /*step*/, double /*wall_clock_seconds*/) {}
     virtual void recompute_plan(std::span<const Recompute>) {}
     virtual void evaluation(std::int64_t /*step*/, double /*loss*/, std::optional<double> /*floor*/) {}

@@ -200,14 +200,16 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
                                               "target ids");  // (n, B, T)
 
         // The options' policy as the plan it picks for this model and shape;
-        // --checkpoint auto: checkpoint::Budget's plan for what the planner
-        // leaves of the budget for activations (no budget: no limit).
-        std::optional<std::size_t> activation_bytes;
+        // --checkpoint auto: the first plan of growing recompute whose whole
+        // run the planner fits in the budget (no budget: keep everything).
+        std::optional<std::vector<Recompute>> automatic;
         if (o.run.checkpoint == CheckpointKind::automatic) {
-            activation_bytes = auto_activation_budget(o, config, s.plan_target());
-            report.activation_budget(activation_bytes);
+            automatic = auto_recompute_plan(o, config, s.plan_target());
+            report.activation_budget(automatic ? std::optional<std::size_t>(gpt_activation_peak(
+                                                     config, o.run.precision, B, T, *automatic))
+                                               : std::nullopt);
         }
-        const checkpoint::Given checkpoint{recompute_plan_of(o, config, activation_bytes)};
+        const checkpoint::Given checkpoint{recompute_plan_of(o, config, automatic)};
         TrainConfig tc;
         tc.adamw.weight_decay = o.weight_decay;
         tc.max_grad_norm = o.clip;

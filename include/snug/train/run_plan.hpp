@@ -20,35 +20,33 @@ namespace snug {
 
 // The memory planner's view of a run (snug/train/planner.hpp): what train()
 // (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
-// plan is chosen (the input activation_budget takes).
+// plan is chosen (the input auto_recompute takes).
 inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
     return plan_input_for(o.run, config, target, o.sample > 0 ? config.max_seq_len : 0);
 }
 
-// --checkpoint auto: what is left of the memory budget for activations once
-// everything else the planner predicts is counted (nullopt: no budget, no limit).
-inline std::optional<std::size_t> auto_activation_budget(const TrainOptions& o, const GPTConfig& config,
-                                                         const PlanTarget& target) {
+// --checkpoint auto: the first plan in checkpoint::Budget's order whose whole
+// run the planner predicts within the memory budget (nullopt: no budget).
+inline std::optional<std::vector<Recompute>> auto_recompute_plan(const TrainOptions& o, const GPTConfig& config,
+                                                                 const PlanTarget& target) {
     if (!o.budget_bytes) return std::nullopt;
-    return activation_budget(plan_base(o, config, target), *o.budget_bytes);
+    return auto_recompute(plan_base(o, config, target), *o.budget_bytes);
 }
 
 // The options' checkpoint policy as the plan it picks for the model; auto:
-// checkpoint::Budget's plan for `activation_bytes` (nullopt: no limit).
+// `automatic` (auto_recompute_plan's), or without a budget every activation kept.
 inline std::vector<Recompute> recompute_plan_of(const TrainOptions& o, const GPTConfig& config,
-                                                std::optional<std::size_t> activation_bytes) {
+                                                const std::optional<std::vector<Recompute>>& automatic) {
     if (o.run.checkpoint != CheckpointKind::automatic)
         return recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
-    const checkpoint::Budget policy(activation_bytes.value_or(std::numeric_limits<std::size_t>::max()));
-    return plan_recompute(policy, config, o.run.precision, o.run.micro_batch, o.run.seq);
+    return automatic.value_or(std::vector<Recompute>(static_cast<std::size_t>(config.n_layer), Recompute::none));
 }
 
-// plan_base with the options' checkpoint policy as its plan (--checkpoint
-// auto: the plan checkpoint::Budget picks for auto_activation_budget).
+// plan_base with the options' checkpoint policy as its plan.
 inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
     MemoryPlanInput in = plan_base(o, config, target);
     const bool automatic = o.run.checkpoint == CheckpointKind::automatic;
-    in.recompute = recompute_plan_of(o, config, automatic ? auto_activation_budget(o, config, target) : std::nullopt);
+    in.recompute = recompute_plan_of(o, config, automatic ? auto_recompute_plan(o, config, target) : std::nullopt);
     return in;
 }
 
