@@ -292,6 +292,15 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
             snug::cuda::layernorm_backward(dev, dinp + r * N * C, dw.p, db.p, dout + r * N * C, inp + r * N * C, w.p,
                                            mean + r * N, rstd + r * N, N, C);
         }, R);
+        // Llama's norm at the same shape: no mean, no bias.
+        memory_row("rmsnorm_forward", dt, rows_shape, {set + 4.0 * N}, ceil.copy_gbs, [&](int r) {
+            snug::cuda::rmsnorm_forward(dev, out + r * N * C, rstd + r * N, inp + r * N * C, w.p, N, C);
+        }, R);
+        memory_row("rmsnorm_backward", dt, rows_shape, {4.0 * double(N * C) * A + 4.0 * N}, ceil.copy_gbs,
+                   [&](int r) {
+            snug::cuda::rmsnorm_backward(dev, dinp + r * N * C, dw.p, dout + r * N * C, inp + r * N * C, w.p,
+                                         rstd + r * N, N, C);
+        }, R);
     }
     {  // GELU on the MLP's hidden activations (N, 4C)
         const std::int64_t n = N * 4 * C;

@@ -104,9 +104,9 @@ TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda]
         check_layernorm<TestType>(rng, N, C, false);
         check_layernorm<TestType>(rng, N, C, true);
     }
-    CHECK(snug::cuda::detail::layernorm_params_chunks(1000, 33, std::size_t{1} << 18) == 16);  // 1000 / 64 rows
-    CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, std::size_t{1} << 18) == 170);  // 2^18 / 1536
-    CHECK(snug::cuda::detail::layernorm_params_chunks(100000, 768, 0) == 1);
+    CHECK(snug::cuda::detail::norm_params_chunks(1000, 33, std::size_t{1} << 18) == 16);  // 1000 / 64 rows
+    CHECK(snug::cuda::detail::norm_params_chunks(100000, 768, std::size_t{1} << 18) == 170);  // 2^18 / 1536
+    CHECK(snug::cuda::detail::norm_params_chunks(100000, 768, 0) == 1);
 }
 
 TEMPLATE_TEST_CASE("cuda residual_layernorm_forward: the bits of add_inplace then layernorm_forward, near the host's",

@@ -39,12 +39,16 @@ using namespace snug::test;
 
 namespace {
 
+// with_blas: the parameter gradient's partial sums over row chunks go in the
+// Blas workspace (without it, one chunk).
 template <class T>
-void check_rmsnorm(snug::Generator& rng, std::int64_t N, int C, double eps) {
-    INFO("N = " << N << ", C = " << C << ", eps = " << eps);
+void check_rmsnorm(snug::Generator& rng, std::int64_t N, int C, double eps, bool with_blas) {
+    INFO("N = " << N << ", C = " << C << ", eps = " << eps << (with_blas ? ", row chunks" : ", one row chunk"));
     MemoryTracker tracker;
     const snug::Host host;
-    const Cuda dev{};
+    snug::cuda::Blas blas(tracker);
+    Cuda dev{};
+    if (with_blas) dev.blas = &blas;
     const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
     const auto rows = static_cast<std::size_t>(N);
     const auto inp = random_values<T>(rng, n, -2.0f, 3.0f);
@@ -150,9 +154,14 @@ TEMPLATE_TEST_CASE("cuda rmsnorm forward and backward match the host", "[cuda][r
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     snug::Generator rng(seed);
-    const std::pair<std::int64_t, int> sizes[] = {{1, 1}, {3, 1}, {1, 37}, {7, 100}, {64, 768}, {1000, 33}, {5, 1601}};
-    for (const auto& [N, C] : sizes) check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps);
-    check_rmsnorm<TestType>(rng, 9, 65, 1e-6);  // Llama 1's eps
+    // Vectorised (C a multiple of 4 floats or 8 16-bit values) and one value at a time.
+    const std::pair<std::int64_t, int> sizes[] = {{1, 1},     {3, 1},    {1, 37}, {7, 100}, {64, 768},
+                                                  {1000, 33}, {5, 1601}, {2, 8},  {9, 1000}};
+    for (const auto& [N, C] : sizes) {
+        check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps, false);
+        check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps, true);
+    }
+    check_rmsnorm<TestType>(rng, 9, 65, 1e-6, true);  // Llama 1's eps
 }
 
 TEST_CASE("cuda rmsnorm backward is deterministic, on a stream of its own", "[cuda][rmsnorm]") {
@@ -162,7 +171,9 @@ TEST_CASE("cuda rmsnorm backward is deterministic, on a stream of its own", "[cu
     MemoryTracker tracker;
     cudaStream_t stream = nullptr;
     snug::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const Cuda dev{stream};
+    snug::cuda::Blas blas(tracker);
+    Cuda dev{stream};
+    dev.blas = &blas;  // 17 row chunks for the parameter gradient
     const std::int64_t N = 1031;
     const int C = 320;
     const auto n = static_cast<std::size_t>(N) * C;
