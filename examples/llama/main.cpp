@@ -17,7 +17,8 @@
 //   --plan               the memory each precision and checkpoint policy
 //                        needs at the preset's shape, measured by running the
 //                        model on snug::Meter (no memory, no work): the same
-//                        code the training runs, so the numbers are exact.
+//                        code the training runs, so the numbers are exact;
+//                        and the largest micro-batch that fits a 12 GiB card.
 //   (no flag)            trains `tiny` under fp32, bf16 with every second
 //                        block checkpointed and two micro-batches, fp16 with
 //                        a dynamic loss scaler fully checkpointed, and the
@@ -78,12 +79,19 @@ void plan_row(const snug::LlamaConfig& c, int B, int T, snug::Recompute mode) {
     shape.recompute.assign(static_cast<std::size_t>(c.n_layer), mode);
     const snug::MemoryPlan plan = snug::predict_training_memory<Model, Precision>(c, shape);
     using Cat = snug::MemoryCategory;
-    std::printf("  %-5s %-5s  weights+master+grads %10s  optimizer %10s  activations %10s  total %10s\n",
+    // On a 12 GiB card: with what the CUDA context and page granularity add
+    // (cuda_reservation) and cuBLASLt's workspace (32 MiB on Hopper, the larger).
+    snug::RunShape card = shape;
+    card.device = snug::cuda_reservation;
+    card.backend_workspace = std::size_t{32} << 20;
+    const int largest = snug::largest_micro_batch<Model, Precision>(c, card, std::size_t{12} << 30);
+    std::printf("  %-5s %-5s  weights+master+grads %10s  optimizer %10s  activations %10s  total %10s  "
+                "largest micro-batch in 12 GiB %d\n",
                 Precision::name, snug::recompute_name(mode),
                 snug::format_bytes(plan[Cat::parameters] + plan[Cat::master_weights] + plan[Cat::gradients]).c_str(),
                 snug::format_bytes(plan[Cat::optimizer_state]).c_str(),
                 snug::format_bytes(plan[Cat::activations]).c_str(),
-                snug::format_bytes(plan.total).c_str());
+                snug::format_bytes(plan.total).c_str(), largest);
 }
 
 // One training run of `updates` steps; true when the loss fell and the

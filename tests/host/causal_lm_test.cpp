@@ -152,3 +152,38 @@ TEMPLATE_TEST_CASE("A Llama trains under TrainStep: the loss falls, the memory p
         CHECK(plan[cat] == run.tracker.peak(cat));
     }
 }
+
+TEST_CASE("The largest micro-batch of a Llama for a budget: that many fit, one more does not", "[causal_lm]") {
+    using Model = snug::Llama<float, Host>;
+    const LlamaConfig c = tiny();
+    snug::RunShape shape;
+    shape.seq = 16;
+    shape.micro_batch = 5;
+    const std::size_t five = snug::predict_training_memory<Model, snug::precision::Fp32>(c, shape).total;
+    CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, shape, five) == 5);
+    CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, shape, five - 1) == 4);
+    shape.micro_batch = 1;
+    const std::size_t one = snug::predict_training_memory<Model, snug::precision::Fp32>(c, shape).total;
+    CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, shape, one - 1) == 0);
+    // The real step at 5 under a tracker budget of `five` runs; at 6 it runs out.
+    auto run_at = [&](int B) {
+        snug::test::HostRun run;
+        run.tracker.set_budget(five);
+        Model model(c, run.tracker);
+        const std::vector<float> w0 = model.initial_weights(2);
+        model.load_weights(run.ctx.device, w0);
+        snug::TrainStep<Model, snug::precision::Fp32, snug::accumulate::None, snug::checkpoint::None> step(
+            model, run.tracker, run.ctx.device, w0);
+        const Task task(B * 16, c.vocab_size, 9);
+        snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, task.tokens.size(), "token ids");
+        snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, task.targets.size(),
+                                                 "target ids");
+        std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
+        std::copy(task.targets.begin(), task.targets.end(), targets.data());
+        const snug::MicroBatch mb[] = {{tokens.data(), targets.data()}};
+        (void)step.step(run.ctx, mb, B, 16, 1e-3f);
+        return run.tracker.peak_total();
+    };
+    CHECK(run_at(5) == five);
+    CHECK_THROWS_AS(run_at(6), snug::OutOfMemory);
+}

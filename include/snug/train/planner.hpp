@@ -156,14 +156,11 @@ inline std::size_t bytes_per_sequence(const MemoryPlanInput& in) {
     return predict_memory(two).total - predict_memory(one).total;
 }
 
-// The largest micro-batch B whose predicted total fits `budget` (the input's
-// T, modes and accumulation kept); 0 when even B = 1 does not fit.
-inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
-    MemoryPlanInput probe = in;
-    auto fits = [&](int B) {
-        probe.micro_batch = B;
-        return predict_memory(probe).required <= budget;
-    };
+// The largest B in [1, 2^24] for which fits(B) holds, for a fits that holds
+// up to some B and not past it (memory grows with the micro-batch); 0 when
+// fits(1) does not hold. Doubling, then bisection: O(log B) calls.
+template <class Fits>
+int largest_fitting(Fits&& fits) {
     if (!fits(1)) return 0;
     constexpr int cap = 1 << 24;
     int lo = 1;  // fits
@@ -178,6 +175,27 @@ inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+// The largest micro-batch B whose predicted total fits `budget` (the input's
+// T, modes and accumulation kept); 0 when even B = 1 does not fit.
+inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
+    MemoryPlanInput probe = in;
+    return largest_fitting([&](int B) {
+        probe.micro_batch = B;
+        return predict_memory(probe).required <= budget;
+    });
+}
+
+// The same for any MeterableModel (a CausalLM of a user's blocks, say) built
+// from `config` and trained under Precision at `shape`'s T, modes and
+// accumulation: predict_training_memory measures each B on the Meter twin.
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+int largest_micro_batch(const Config& config, RunShape shape, std::size_t budget) {
+    return largest_fitting([&](int B) {
+        shape.micro_batch = B;
+        return predict_training_memory<Model, Precision>(config, shape).required <= budget;
+    });
 }
 
 // ---- checkpoint policies -------------------------------------------------------------
