@@ -69,6 +69,18 @@ snug::LlamaConfig config_of(const Preset& p) {
     return snug::make_llama_config(p.vocab, p.seq, p.layers, p.channels, p.heads, p.hidden);
 }
 
+// A 12 GiB card at T, as --plan counts it: with what the CUDA context and page
+// granularity add (cuda_reservation) and cuBLASLt's workspace (32 MiB on
+// Hopper, the larger).
+constexpr std::size_t budget_12gib = std::size_t{12} << 30;
+snug::RunShape on_card(int T) {
+    snug::RunShape card;
+    card.seq = T;
+    card.device = snug::cuda_reservation;
+    card.backend_workspace = std::size_t{32} << 20;
+    return card;
+}
+
 // --plan: each precision, without and with full checkpointing.
 template <class Precision>
 void plan_row(const snug::LlamaConfig& c, int B, int T, snug::Recompute mode) {
@@ -79,12 +91,9 @@ void plan_row(const snug::LlamaConfig& c, int B, int T, snug::Recompute mode) {
     shape.recompute.assign(static_cast<std::size_t>(c.n_layer), mode);
     const snug::MemoryPlan plan = snug::predict_training_memory<Model, Precision>(c, shape);
     using Cat = snug::MemoryCategory;
-    // On a 12 GiB card: with what the CUDA context and page granularity add
-    // (cuda_reservation) and cuBLASLt's workspace (32 MiB on Hopper, the larger).
-    snug::RunShape card = shape;
-    card.device = snug::cuda_reservation;
-    card.backend_workspace = std::size_t{32} << 20;
-    const int largest = snug::largest_micro_batch<Model, Precision>(c, card, std::size_t{12} << 30);
+    snug::RunShape card = on_card(T);
+    card.recompute = shape.recompute;
+    const int largest = snug::largest_micro_batch<Model, Precision>(c, card, budget_12gib);
     std::printf("  %-5s %-5s  weights+master+grads %10s  optimizer %10s  activations %10s  total %10s  "
                 "largest micro-batch in 12 GiB %d\n",
                 Precision::name, snug::recompute_name(mode),
@@ -177,6 +186,17 @@ int main(int argc, char** argv) {
                 plan_row<precision::Bf16>(c, B, T, mode);
                 plan_row<precision::Fp16<DynamicLossScaler>>(c, B, T, mode);
             }
+            // The fastest bf16 configuration for 64 sequences per update on the card.
+            const snug::BudgetPlan fastest =
+                snug::plan_for_budget<Llama<snug::bfloat16, Dev>, precision::Bf16>(c, on_card(T), 64, budget_12gib);
+            if (fastest.fits)
+                std::printf("  fastest bf16 plan for 64 sequences per update in 12 GiB: micro-batch %d x %d, "
+                            "checkpoint %s, %s\n",
+                            fastest.micro_batch, fastest.accumulation, fastest.checkpoint.c_str(),
+                            snug::format_bytes(fastest.memory.required).c_str());
+            else
+                std::printf("  no bf16 plan fits 12 GiB (micro-batch 1, full checkpointing: %s)\n",
+                            snug::format_bytes(fastest.tried.back().bytes).c_str());
             return 0;
         }
         if (model != "tiny") throw ConfigError("llama: only `tiny` trains here; the others are for --plan");

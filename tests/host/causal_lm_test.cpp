@@ -18,6 +18,7 @@
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/llama.hpp"
 #include "snug/precision/policies.hpp"
+#include "snug/report/text_report.hpp"
 #include "snug/train/planner.hpp"
 #include "snug/train/train_step.hpp"
 #include "support/host_run.hpp"
@@ -186,4 +187,29 @@ TEST_CASE("The largest micro-batch of a Llama for a budget: that many fit, one m
     };
     CHECK(run_at(5) == five);
     CHECK_THROWS_AS(run_at(6), snug::OutOfMemory);
+}
+
+TEST_CASE("The fastest plan for a Llama: the chosen configuration runs within the budget", "[causal_lm]") {
+    using Model = snug::Llama<float, Host>;
+    using P = snug::precision::Fp32;
+    const LlamaConfig c = tiny();
+    snug::RunShape base;
+    base.seq = 16;
+    // A budget one byte short of micro-batch 1 without checkpointing, 4 sequences per update.
+    snug::RunShape one = base;
+    one.accumulation = 4;
+    const std::size_t budget = snug::predict_training_memory<Model, P>(c, one).total - 1;
+    const snug::BudgetPlan plan = snug::plan_for_budget<Model, P>(c, base, 4, budget);
+    INFO(snug::format_budget_plan(plan));
+    REQUIRE(plan.fits);
+    CHECK(plan.checkpoint != "none");
+    CHECK(plan.micro_batch * plan.accumulation == 4);
+    CHECK(plan.memory.total <= budget);
+    // LlamaBlock does not recompute selectively, so selective (which
+    // TrainStep would refuse for it) is not a candidate.
+    REQUIRE_FALSE(snug::recomputes_selectively<Model>());
+    std::vector<std::string> names;
+    for (const auto& k : snug::checkpoint_candidates<Model>(c, 1, 16)) names.push_back(k.name);
+    CHECK(names == std::vector<std::string>{"none", "every:4", "every:3", "every:2", "full"});
+    CHECK_FALSE(snug::plan_for_budget<Model, P>(c, base, 4, 1000).fits);
 }

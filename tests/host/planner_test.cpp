@@ -382,6 +382,36 @@ TEST_CASE("plan_for_budget (--plan): the largest dividing micro-batch first, the
     }
 }
 
+TEST_CASE("plan_for_budget for any meterable model: on GPT's type it gives the GPT search's answer") {
+    const GPTConfig c = shape(64, 16, 4, 2, 16);
+    const int wanted = 8;
+    MemoryPlanInput base = plan_input(c, PrecisionKind::bf16, 1, 16, 1, {}, 0, 0);
+    MemoryPlanInput one = base;
+    one.accumulation = wanted;
+    using Model = snug::GPT<snug::bfloat16, snug::Host>;
+    for (const std::size_t budget : {snug::predict_memory(one).total - 1, std::size_t{1} << 30, std::size_t{1000}}) {
+        INFO("budget " << budget);
+        const snug::BudgetPlan gpt = snug::plan_for_budget(base, wanted, budget);
+        const snug::BudgetPlan any =
+            snug::plan_for_budget<Model, snug::precision::Bf16>(c, static_cast<const snug::RunShape&>(base), wanted,
+                                                                budget);
+        CHECK(any.fits == gpt.fits);
+        CHECK(any.checkpoint == gpt.checkpoint);
+        CHECK(any.recompute == gpt.recompute);
+        CHECK(any.micro_batch == gpt.micro_batch);
+        CHECK(any.accumulation == gpt.accumulation);
+        CHECK(any.memory.total == gpt.memory.total);
+        CHECK(any.tried.size() == gpt.tried.size());
+    }
+    const auto candidates = snug::checkpoint_candidates<Model>(c, 1, 16);
+    const auto gpt_candidates = snug::checkpoint_candidates(c, PrecisionKind::bf16, 1, 16);
+    REQUIRE(candidates.size() == gpt_candidates.size());
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        CHECK(candidates[i].name == gpt_candidates[i].name);
+        CHECK(candidates[i].recompute == gpt_candidates[i].recompute);
+    }
+}
+
 TEST_CASE("the candidates' order and modes") {
     const GPTConfig c = shape(64, 16, 4, 2, 16);
     const auto candidates = snug::checkpoint_candidates(c, PrecisionKind::fp32, 1, 16);

@@ -275,19 +275,41 @@ struct CheckpointCandidate {
 // Selective before every:4 holds while 4·C·T·L < (L/4)·(24 C² + 4 C T), that is
 // T < 2 C (GPT-2 small: 1024 < 1536), which is where these models train; at
 // longer contexts the attention part grows and selective costs more.
-inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c, PrecisionKind precision, int B,
-                                                              int T) {
+// The candidates for a query (one per policy, asked as TrainStep asks);
+// selective only where the query says the model can.
+inline std::vector<CheckpointCandidate> checkpoint_candidates(const CheckpointQuery& query) {
     std::vector<CheckpointCandidate> out;
-    auto add = [&](const auto& policy) {
-        out.push_back({checkpoint_label(policy), plan_recompute(policy, c, precision, B, T)});
-    };
+    auto add = [&](const auto& policy) { out.push_back({checkpoint_label(policy), policy.plan(query)}); };
     add(checkpoint::None{});
-    add(checkpoint::Selective{});
+    if (query.selective_available) add(checkpoint::Selective{});
     add(checkpoint::EveryNth<4>{});
     add(checkpoint::EveryNth<3>{});
     add(checkpoint::EveryNth<2>{});
     add(checkpoint::Full{});
     return out;
+}
+
+inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c, PrecisionKind precision, int B,
+                                                              int T) {
+    CheckpointQuery query{c.n_layer, [&](std::span<const Recompute> modes) {
+                              return gpt_activation_peak(c, precision, B, T, modes);
+                          }};
+    query.selective_available = true;  // GPT's blocks recompute selectively (GPT::supports_selective)
+    return checkpoint_candidates(query);
+}
+
+// The same for any MeterableModel built from `config` (its blocks counted and
+// its activation peaks measured on its Meter twin).
+template <MeterableModel Model, class Config>
+std::vector<CheckpointCandidate> checkpoint_candidates(const Config& config, int B, int T) {
+    using MeterModel = typename Model::template on_device<Meter>;
+    MemoryTracker tracker;
+    const MeterModel shape_only(config, tracker);
+    CheckpointQuery query{shape_only.num_blocks(), [&](std::span<const Recompute> modes) {
+                              return metered_activation_peak<MeterModel>(config, B, T, modes);
+                          }};
+    query.selective_available = recomputes_selectively<Model>();
+    return checkpoint_candidates(query);
 }
 
 // --checkpoint auto: the plan for the input's (B, T) whose whole run fits
@@ -331,17 +353,18 @@ inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::siz
 
 // ---- the --plan search --------------------------------------------------------------
 
-// How far one checkpoint policy got in plan_for_budget.
-
-
 // The --plan search. From `base` it takes the model, precision, seq, backend
 // workspace and sampling window (micro_batch, accumulation and recompute are
 // chosen here). For each checkpoint policy from the cheapest
 // (checkpoint_candidates' order) it finds the largest micro-batch B that
 // divides wanted_batch and fits `budget` (accumulation = wanted_batch / B:
 // accumulate only what does not fit); the first policy with any B wins:
-// checkpoint only when even B = 1 does not fit without it.
-inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch, std::size_t budget) {
+// checkpoint only when even B = 1 does not fit without it. This one serves
+// any model: its candidates (cheapest first) and predict(RunShape) ->
+// MemoryPlan, that model's planner.
+template <class Predict>
+BudgetPlan plan_for_budget(const RunShape& base, const std::vector<CheckpointCandidate>& candidates,
+                           int wanted_batch, std::size_t budget, Predict&& predict) {
     if (wanted_batch < 1)
         throw ConfigError("plan_for_budget: the wanted batch must be at least 1 sequence, got " +
                           std::to_string(wanted_batch));
@@ -352,14 +375,14 @@ inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch,
     std::vector<int> divisors;  // largest first
     for (int b = wanted_batch; b >= 1; --b)
         if (wanted_batch % b == 0) divisors.push_back(b);
-    for (const CheckpointCandidate& candidate : checkpoint_candidates(base.model, base.precision, 1, base.seq)) {
-        MemoryPlanInput probe = base;
+    for (const CheckpointCandidate& candidate : candidates) {
+        RunShape probe = base;
         probe.recompute = candidate.recompute;
         PolicyTry t{candidate.name, 0, 0};
         for (std::size_t i = 0; i < divisors.size(); ++i) {
             probe.micro_batch = divisors[i];
             probe.accumulation = wanted_batch / divisors[i];
-            const MemoryPlan m = predict_memory(probe);
+            const MemoryPlan m = predict(probe);
             if (m.required > budget) {
                 if (i + 1 == divisors.size()) t.bytes = m.required;  // micro-batch 1
                 continue;
@@ -373,11 +396,11 @@ inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch,
             plan.accumulation = probe.accumulation;
             plan.memory = m;
             if (i > 0) {
-                MemoryPlanInput next = probe;
+                RunShape next = probe;
                 next.micro_batch = divisors[i - 1];
                 next.accumulation = wanted_batch / divisors[i - 1];
                 plan.next_micro_batch = divisors[i - 1];
-                plan.next_micro_batch_bytes = predict_memory(next).required;
+                plan.next_micro_batch_bytes = predict(next).required;
             }
             break;
         }
@@ -385,6 +408,25 @@ inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch,
         if (plan.fits) break;
     }
     return plan;
+}
+
+// For a GPT: base's model and precision.
+inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch, std::size_t budget) {
+    return plan_for_budget(static_cast<const RunShape&>(base),
+                           checkpoint_candidates(base.model, base.precision, 1, base.seq), wanted_batch, budget,
+                           [&](const RunShape& shape) {
+                               MemoryPlanInput in = base;
+                               static_cast<RunShape&>(in) = shape;
+                               return predict_memory(in);
+                           });
+}
+
+// The same for any MeterableModel built from `config` under Precision: the
+// fastest configuration of `wanted_batch` sequences per update at base's T.
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+BudgetPlan plan_for_budget(const Config& config, const RunShape& base, int wanted_batch, std::size_t budget) {
+    return plan_for_budget(base, checkpoint_candidates<Model>(config, 1, base.seq), wanted_batch, budget,
+                           [&](const RunShape& shape) { return predict_training_memory<Model, Precision>(config, shape); });
 }
 
 // ---- the largest model -----------------------------------------------------------------
