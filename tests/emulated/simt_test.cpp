@@ -1,12 +1,12 @@
 // The emulated CUDA backend itself: what its SIMT machine promises (built-in
 // variables, barriers and their reductions, shuffles and votes with CUDA's
-// documented semantics, atomics, shared memory per block, launch limits) and
-// each fault it must catch, shown on a small deliberately broken kernel:
-// barriers at different call sites or not reached by every live thread, warp
-// collectives whose mask leaves out the caller or names lanes that never
-// arrive, shuffles that read outside their mask, one block_shared type claimed
-// twice, __trap; with the shared-memory checker (Clang builds with
-// SNUG_EMULATED_CHECKS), reads of unwritten shared memory and races. Expected
+// documented semantics, atomics, shared memory per block, cp.async landing at
+// its wait, launch limits) and each fault it must catch, shown on a small
+// deliberately broken kernel: barriers at different call sites or not reached
+// by every live thread, warp collectives whose mask leaves out the caller or
+// names lanes that never arrive, shuffles that read outside their mask, one
+// block_shared type claimed twice, __trap, a misaligned cp.async; with the
+// shared-memory checker (Clang builds with SNUG_EMULATED_CHECKS), reads of unwritten shared memory and races. Expected
 // values come from the CUDA Programming Guide's definitions, written out here.
 #include <catch2/catch.hpp>
 
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "snug/cuda/async_copy.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/runtime.hpp"
@@ -162,6 +163,21 @@ __global__ void unwritten_shared_kernel(float* out) {
     out[threadIdx.x] = s[threadIdx.x];  // never written
 }
 
+// cp.async lands at the wait: each thread sets its shared float to -1, issues
+// a copy of src[t] over it, and reads it before and after waiting. (On a GPU
+// the read before the wait is a race; the emulator makes it read the old
+// value, so a kernel that forgets to wait fails its tests.)
+__global__ void async_copy_lands_at_wait_kernel(float* before, float* after, const float* src) {  // (64)
+    auto& s = block_shared<float[64]>();
+    const unsigned t = threadIdx.x;
+    s[t] = -1.0f;
+    snug::cuda::cp_async<4>(&s[t], src + t, true);
+    snug::cuda::cp_async_commit();
+    before[t] = s[t];
+    snug::cuda::cp_async_wait<0>();
+    after[t] = s[t];
+}
+
 // ---- kernels with faults --------------------------------------------------------------------
 
 __global__ void barriers_at_two_sites_kernel(int* out) {
@@ -201,6 +217,17 @@ __global__ void shared_type_twice_kernel(float* out) {
     a[threadIdx.x] = 1.0f;
     auto& b = block_shared<float[8]>();  // on the device the same object as a
     out[threadIdx.x] = b[threadIdx.x];
+}
+
+// A 16-byte cp.async into shared memory 4 bytes off a 16-byte boundary.
+__global__ void misaligned_async_copy_kernel(const float* src) {  // (1)
+    struct Tile {
+        alignas(16) float v[8];
+    };
+    Tile& s = block_shared<Tile>();
+    snug::cuda::cp_async<16>(&s.v[1], src, true);
+    snug::cuda::cp_async_commit();
+    snug::cuda::cp_async_wait<0>();
 }
 
 __global__ void trap_kernel(int* out) {
@@ -404,6 +431,26 @@ TEST_CASE("shared memory is fresh and poisoned in every block", "[emulated]") {
         CHECK_THAT(m, Contains("unwritten_shared_kernel") && Contains("thread (0, 0, 0)") &&
                           Contains("no thread of the block has written") && Contains("simt_test.cpp:"));
     }
+}
+
+TEST_CASE("cp.async writes shared memory at the wait, not at the issue", "[emulated]") {
+    DeviceArray<float> before(64), after(64), src(64);
+    std::vector<float> values(64);
+    for (int i = 0; i < 64; ++i) values[static_cast<std::size_t>(i)] = 0.5f + static_cast<float>(i);
+    snug::cuda::check(cudaMemcpy(src.p, values.data(), 64 * sizeof(float), cudaMemcpyHostToDevice));
+    launch<async_copy_lands_at_wait_kernel>(1, 64, 0, nullptr, before.p, after.p, src.p);
+    const std::vector<float> b = before.get(), a = after.get();
+    for (std::size_t i = 0; i < 64; ++i) {
+        CHECK(b[i] == -1.0f);
+        CHECK(a[i] == values[i]);
+    }
+}
+
+TEST_CASE("detector: a cp.async to a misaligned shared address", "[emulated][fault]") {
+    DeviceArray<float> src(8);
+    const std::string m = fault_of([&] { launch<misaligned_async_copy_kernel>(1, 1, 0, nullptr, src.p); });
+    CHECK_THAT(m, Contains("misaligned_async_copy_kernel") && Contains("thread (0, 0, 0)") &&
+                      Contains("cp.async of 16 bytes: an address not aligned to 16 bytes"));
 }
 
 TEST_CASE("detector: a barrier reached at different call sites", "[emulated][fault]") {

@@ -10,9 +10,14 @@
 //     shared memory read by ldmatrix, every product an mma.sync m16n8k16 with
 //     fp32 accumulation. The scores' accumulator fragments are re-packed as
 //     the A fragments of the second product (FlashAttention-2's register
-//     trick): that packing is the contract's round(). The kernels are
-//     instantiated for head-size capacities 16, 32, 64 and 128; a head of 48
-//     runs in the 64 kernel, which skips the channel steps past hs.
+//     trick): that packing is the contract's round(). Tiles come from global
+//     memory by cp.async in 16-byte pieces (qkv and dout 16-byte aligned),
+//     the next tile loading while the tensor cores work on this one (two
+//     stages; one in the backward at HS = 128, to stay within a consumer
+//     card's 99 KiB of shared memory); scores are kept in base 2 so each
+//     exponential is one exp2f. The kernels are instantiated for head-size
+//     capacities 16, 32, 64 and 128; a head of 48 runs in the 64 kernel,
+//     which skips the channel steps past hs.
 //   - SIMT, for fp32 and for the heads the tensor-core kernels do not take:
 //     a block of 64 threads per tile, one thread per row, plain fp32 FMAs over
 //     32-channel blocks staged in shared memory (so any hs fits); each output
@@ -29,9 +34,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
+#include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
+#include "snug/cuda/async_copy.hpp"
 #include "snug/cuda/attention.cuh"  // check_query_rows, dynamic_shared_bytes
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
@@ -362,19 +370,57 @@ __global__ void __launch_bounds__(32 * flash_d_rows)
 template <int HS>
 inline constexpr int flash_stride = HS + flash_pad;
 
+template <int HS>
+inline constexpr int flash_tile_elems = flash_tile * flash_stride<HS>;
+
 template <int HS, class T>
 constexpr std::size_t flash_tile_bytes() {
-    return std::size_t{flash_tile} * flash_stride<HS> * sizeof(T);
+    return std::size_t{flash_tile_elems<HS>} * sizeof(T);
 }
 
-// dst[r][d] = src[r ld + d] for d < hs, r < rows (zeros for the rows past
-// `rows`). All threads of the block; the caller places the barriers.
+// The tiles a kernel walks (K and V in the forward and dQ; Q and dO in dK and
+// dV) come through cp.async. With two stages the next tile loads while the
+// tensor cores work on this one; with one, the load waits for the work. The
+// backward at HS = 128 keeps one stage: two would need 104 KiB of shared
+// memory per block, past the 99 KiB of the consumer cards (sm_86, sm_89)
+// snug is for. The forward has two stages at every HS (87 KiB at 128).
+template <int HS>
+inline constexpr int flash_backward_stages = HS <= 64 ? 2 : 1;
+
+inline constexpr float flash_log2e = 1.4426950408889634f;
+inline constexpr float flash_ln2 = 0.6931471805599453f;
+
+// Issues the copies of one tile into shared memory, 16 bytes each:
+// dst[r][d] = src[r ld + d] for d < hs, r < rows; zeros for the rows past
+// `rows` (rows >= 1). All threads of the block; the caller commits and waits.
 template <int HS, class T>
-__device__ void flash_load_tile(T* dst, const T* src, std::int64_t ld, int rows, int hs) {
-    for (int i = static_cast<int>(threadIdx.x); i < flash_tile * hs; i += static_cast<int>(blockDim.x)) {
-        const int r = i / hs, d = i - r * hs;
-        dst[r * flash_stride<HS> + d] = r < rows ? src[r * ld + d] : T(0.0f);
+__device__ void flash_copy_tile(T* dst, const T* src, std::int64_t ld, int rows, int hs) {
+    constexpr int pieces = HS / 8;  // 16-byte pieces of a row
+    for (int i = static_cast<int>(threadIdx.x); i < flash_tile * pieces; i += static_cast<int>(blockDim.x)) {
+        const int r = i / pieces, c = i % pieces;
+        if (8 * c >= hs) continue;
+        const bool in = r < rows;
+        cp_async<16>(dst + r * flash_stride<HS> + 8 * c, src + (in ? r : 0) * ld + 8 * c, in);
     }
+}
+
+// Issues the copies of `rows` (>= 1) fp32 row statistics, zeros past them,
+// into flash_tile floats of shared memory. Threads 0 .. flash_tile - 1.
+__device__ inline void flash_copy_stats(float* dst, const float* src, int rows) {
+    const int r = static_cast<int>(threadIdx.x);
+    if (r < flash_tile) cp_async<4>(dst + r, src + (r < rows ? r : 0), r < rows);
+}
+
+// Two adjacent elements of a row, p[0] = a and p[1] = b (p 4-byte aligned):
+// one 32-bit store on the device.
+template <class T>
+__device__ inline void flash_store2(T* p, float a, float b) {
+#if defined(SNUG_CUDA_EMULATED)
+    p[0] = T(a);
+    p[1] = T(b);
+#else
+    *reinterpret_cast<std::uint32_t*>(p) = pack2(T(a), T(b));
+#endif
 }
 
 // The A fragment of rows 16w .. 16w + 15, channels 16 kk .. 16 kk + 15 of a
@@ -464,8 +510,29 @@ __device__ inline void flash_mma_pb(FragmentC (&acc)[HS / 8], const FragmentC (&
 __device__ inline int flash_frag_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
 __device__ inline int flash_frag_col(int lane, int nb, int i) { return 8 * nb + 2 * (lane % 4) + (i & 1); }
 
+// Writes a warp's 16 x hs accumulator, times `scale`, to rows row[0] and
+// row[1] of this lane (those below T_), columns col0 + its fragment columns:
+// row r's element c at dst + row * ld + c.
+template <int HS, class T>
+__device__ inline void flash_store_rows(T* dst, std::int64_t ld, const FragmentC (&acc)[HS / 8], const int (&row)[2],
+                                        const float (&scale)[2], int T_, int hs, int lane) {
+#pragma unroll
+    for (int nb = 0; nb < HS / 8; ++nb) {
+        if (8 * nb >= hs) break;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            if (row[r] < T_)
+                flash_store2(dst + row[r] * ld + flash_frag_col(lane, nb, 2 * r), scale[r] * acc[nb].x[2 * r],
+                             scale[r] * acc[nb].x[2 * r + 1]);
+        }
+    }
+}
+
 // Forward, one block of 4 warps per (b, h, query tile), warp w on query rows
-// q0 + 16w .. q0 + 16w + 15. Dynamic shared memory: Q, K, V tiles.
+// q0 + 16w .. q0 + 16w + 15, walking the key tiles up to the diagonal with
+// the next K and V loading while this one's products run. Scores are kept in
+// base 2 (scaled by log2(e)), so each exponential is one exp2f. Dynamic
+// shared memory: Q, then K and V twice.
 template <class T, int HS>
 __global__ void __launch_bounds__(flash_mma_threads)
     flash_forward_mma_kernel(T* out,        // (B, T, C)
@@ -473,9 +540,10 @@ __global__ void __launch_bounds__(flash_mma_threads)
                              const T* qkv,  // (B, T, 3C)
                              int T_, int C, int NH) {
     constexpr int nf = flash_tile / 8;  // score fragments per warp
+    constexpr int tile = flash_tile_elems<HS>;
     T* sq = dynamic_shared<T>();
-    T* sk = sq + flash_tile * flash_stride<HS>;
-    T* sv = sk + flash_tile * flash_stride<HS>;
+    T* sk = sq + tile;      // stage s at sk + s * tile
+    T* sv = sk + 2 * tile;  // stage s at sv + s * tile
     const int hs = C / NH;
     const int tiles = (T_ + flash_tile - 1) / flash_tile;
     const FlashBlock blk = flash_block(tiles, NH, true);
@@ -483,37 +551,46 @@ __global__ void __launch_bounds__(flash_mma_threads)
     const int q0 = blk.tile * flash_tile;
     const std::int64_t ld = 3 * std::int64_t{C};
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
-    const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+    const float scale_log2 = flash_log2e / sqrtf(static_cast<float>(hs));
     int row[2];  // this lane's two query rows
     for (int i = 0; i < 2; ++i) row[i] = q0 + 16 * w + flash_frag_row(lane, 2 * i);
 
-    flash_load_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
+    flash_copy_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
+    flash_copy_tile<HS>(sk, seq + C, ld, T_, hs);
+    flash_copy_tile<HS>(sv, seq + 2 * C, ld, T_, hs);
+    cp_async_commit();
     FragmentC o[HS / 8] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's part of the row sums
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m in base 2; l: this lane's part of the row sums
     for (int kt = 0; kt <= blk.tile; ++kt) {
         const int k0 = kt * flash_tile;
-        if (kt > 0) __syncthreads();  // every warp is done with the last K and V
-        flash_load_tile<HS>(sk, seq + k0 * ld + C, ld, T_ - k0, hs);
-        flash_load_tile<HS>(sv, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
-        __syncthreads();
+        cp_async_wait<0>();
+        __syncthreads();  // tile kt has landed; every warp is done with tile kt - 1 (the other stage)
+        if (kt < blk.tile) {
+            const int next = k0 + flash_tile, stage = (kt + 1) % 2;
+            flash_copy_tile<HS>(sk + stage * tile, seq + next * ld + C, ld, T_ - next, hs);
+            flash_copy_tile<HS>(sv + stage * tile, seq + next * ld + 2 * C, ld, T_ - next, hs);
+            cp_async_commit();
+        }
+        const T* k = sk + (kt % 2) * tile;
+        const T* v = sv + (kt % 2) * tile;
         FragmentC s[nf] = {};
-        flash_mma_abt<HS>(s, sq, w, sk, hs, lane);
+        flash_mma_abt<HS>(s, sq, w, k, hs, lane);
         float row_max[2] = {m[0], m[1]};
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                float v = scale * s[nb].x[i];
-                if (kt == blk.tile && k0 + flash_frag_col(lane, nb, i) > row[i / 2]) v = -INFINITY;
-                s[nb].x[i] = v;
-                row_max[i / 2] = fmaxf(row_max[i / 2], v);
+                float x = scale_log2 * s[nb].x[i];
+                if (kt == blk.tile && k0 + flash_frag_col(lane, nb, i) > row[i / 2]) x = -INFINITY;
+                s[nb].x[i] = x;
+                row_max[i / 2] = fmaxf(row_max[i / 2], x);
             }
         }
         float alpha[2];
         for (int r = 0; r < 2; ++r) {  // the row's 4 lanes (a quad) agree on its max
             row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(full_warp, row_max[r], 1));
             row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(full_warp, row_max[r], 2));
-            alpha[r] = expf(m[r] - row_max[r]);  // 0 on the first tile (m = -inf)
+            alpha[r] = exp2f(m[r] - row_max[r]);  // 0 on the first tile (m = -inf)
             l[r] *= alpha[r];
             m[r] = row_max[r];
         }
@@ -526,26 +603,23 @@ __global__ void __launch_bounds__(flash_mma_threads)
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float p = expf(s[nb].x[i] - m[i / 2]);  // 0 where masked
+                const float p = exp2f(s[nb].x[i] - m[i / 2]);  // 0 where masked
                 s[nb].x[i] = p;
                 l[i / 2] += p;
             }
         }
-        flash_mma_pb<HS>(o, s, sv, hs, lane);
+        flash_mma_pb<HS>(o, s, v, hs, lane);
     }
+    float inv_l[2];
     for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(full_warp, l[r], 1);
         l[r] += __shfl_xor_sync(full_warp, l[r], 2);
+        inv_l[r] = 1.0f / l[r];
     }
-    for (int nb = 0; nb < HS / 8 && 8 * nb < hs; ++nb) {
-        for (int i = 0; i < 4; ++i) {
-            const int t = row[i / 2];
-            if (t < T_) out[(blk.b * T_ + t) * C + blk.h * hs + flash_frag_col(lane, nb, i)] = T(o[nb].x[i] / l[i / 2]);
-        }
-    }
+    flash_store_rows<HS>(out + blk.b * T_ * C + blk.h * hs, C, o, row, inv_l, T_, hs, lane);
     if (lane % 4 == 0) {
         for (int r = 0; r < 2; ++r) {
-            if (row[r] < T_) lse[blk.bh * T_ + row[r]] = m[r] + logf(l[r]);
+            if (row[r] < T_) lse[blk.bh * T_ + row[r]] = m[r] * flash_ln2 + logf(l[r]);
         }
     }
 }
@@ -554,7 +628,8 @@ __global__ void __launch_bounds__(flash_mma_threads)
 // k0 + 16w .. k0 + 16w + 15, walking the query tiles from the diagonal on:
 // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys x 64 queries per warp), Pᵀ and dSᵀ in
 // place, then dV += round(Pᵀ) dO and dK += round(dSᵀ) Q. Dynamic shared
-// memory: K, V, Q, dO tiles, then lse and D of the query tile (fp32).
+// memory: K, V, then per stage a Q and a dO tile, then per stage lse and D
+// of the query tile (fp32).
 template <class T, int HS>
 __global__ void __launch_bounds__(flash_mma_threads)
     flash_backward_key_mma_kernel(T* dqkv,           // (B, T, 3C) k and v parts written
@@ -564,71 +639,84 @@ __global__ void __launch_bounds__(flash_mma_threads)
                                   const float* D,    // (B, NH, T)
                                   int T_, int C, int NH) {
     constexpr int nf = flash_tile / 8;
+    constexpr int tile = flash_tile_elems<HS>;
+    constexpr int stages = flash_backward_stages<HS>;
     T* sk = dynamic_shared<T>();
-    T* sv = sk + flash_tile * flash_stride<HS>;
-    T* sq = sv + flash_tile * flash_stride<HS>;
-    T* so = sq + flash_tile * flash_stride<HS>;
-    float* s_lse = reinterpret_cast<float*>(so + flash_tile * flash_stride<HS>);
-    float* s_D = s_lse + flash_tile;
+    T* sv = sk + tile;
+    T* sq = sv + tile;             // stage s at sq + s * tile
+    T* so = sq + stages * tile;    // stage s at so + s * tile
+    float* s_lse = reinterpret_cast<float*>(so + stages * tile);  // stage s at s_lse + s * flash_tile
+    float* s_D = s_lse + stages * flash_tile;
     const int hs = C / NH;
     const int tiles = (T_ + flash_tile - 1) / flash_tile;
     const FlashBlock blk = flash_block(tiles, NH, false);
-    const int tid = static_cast<int>(threadIdx.x);
-    const int lane = tid % 32, w = tid / 32;
+    const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
     const int k0 = blk.tile * flash_tile;
     const std::int64_t ld = 3 * std::int64_t{C};
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
+    const float* lse_bh = lse + blk.bh * T_;
+    const float* D_bh = D + blk.bh * T_;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+    const float scale_log2 = flash_log2e * scale;
     int key[2];  // this lane's two key rows
     for (int i = 0; i < 2; ++i) key[i] = k0 + 16 * w + flash_frag_row(lane, 2 * i);
+    // The query tile qt's Q, dO, lse and D into stage s.
+    const auto copy_queries = [&](int qt, int s) {
+        const int q0 = qt * flash_tile;
+        flash_copy_tile<HS>(sq + s * tile, seq + q0 * ld, ld, T_ - q0, hs);
+        flash_copy_tile<HS>(so + s * tile, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
+        flash_copy_stats(s_lse + s * flash_tile, lse_bh + q0, T_ - q0);
+        flash_copy_stats(s_D + s * flash_tile, D_bh + q0, T_ - q0);
+        cp_async_commit();
+    };
 
-    flash_load_tile<HS>(sk, seq + k0 * ld + C, ld, T_ - k0, hs);
-    flash_load_tile<HS>(sv, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
+    flash_copy_tile<HS>(sk, seq + k0 * ld + C, ld, T_ - k0, hs);
+    flash_copy_tile<HS>(sv, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
+    copy_queries(blk.tile, 0);
     FragmentC dk[HS / 8] = {}, dv[HS / 8] = {};
     for (int qt = blk.tile; qt < tiles; ++qt) {
         const int q0 = qt * flash_tile;
-        if (qt > blk.tile) __syncthreads();  // every warp is done with the last Q and dO
-        flash_load_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
-        flash_load_tile<HS>(so, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
-        if (tid < flash_tile) {
-            const bool in = q0 + tid < T_;
-            s_lse[tid] = in ? lse[blk.bh * T_ + q0 + tid] : 0.0f;
-            s_D[tid] = in ? D[blk.bh * T_ + q0 + tid] : 0.0f;
-        }
-        __syncthreads();
+        const int s = (qt - blk.tile) % stages;
+        cp_async_wait<0>();
+        __syncthreads();  // tile qt has landed; every warp is done with the other stage
+        if (stages == 2 && qt + 1 < tiles) copy_queries(qt + 1, 1 - s);
+        const T* q = sq + s * tile;
+        const T* o = so + s * tile;
+        const float* lse_q = s_lse + s * flash_tile;
+        const float* D_q = s_D + s * flash_tile;
         FragmentC st[nf] = {}, dpt[nf] = {};
-        flash_mma_abt<HS>(st, sk, w, sq, hs, lane);
-        flash_mma_abt<HS>(dpt, sv, w, so, hs, lane);
+        flash_mma_abt<HS>(st, sk, w, q, hs, lane);
+        flash_mma_abt<HS>(dpt, sv, w, o, hs, lane);
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int c = flash_frag_col(lane, nb, i), t = q0 + c;
-                const float p = t < T_ && key[i / 2] <= t ? expf(scale * st[nb].x[i] - s_lse[c]) : 0.0f;
+                const float p = t < T_ && key[i / 2] <= t
+                                    ? exp2f(fmaf(scale_log2, st[nb].x[i], -flash_log2e * lse_q[c]))
+                                    : 0.0f;
                 st[nb].x[i] = p;
-                dpt[nb].x[i] = p * (dpt[nb].x[i] - s_D[c]);
+                dpt[nb].x[i] = p * (dpt[nb].x[i] - D_q[c]);
             }
         }
-        flash_mma_pb<HS>(dv, st, so, hs, lane);
-        flash_mma_pb<HS>(dk, dpt, sq, hs, lane);
-    }
-    for (int nb = 0; nb < HS / 8 && 8 * nb < hs; ++nb) {
-        for (int i = 0; i < 4; ++i) {
-            const int j = key[i / 2];
-            if (j < T_) {
-                T* dst = dqkv + (blk.b * T_ + j) * ld + blk.h * hs + flash_frag_col(lane, nb, i);
-                dst[C] = T(scale * dk[nb].x[i]);
-                dst[2 * C] = T(dv[nb].x[i]);
-            }
+        flash_mma_pb<HS>(dv, st, o, hs, lane);
+        flash_mma_pb<HS>(dk, dpt, q, hs, lane);
+        if (stages == 1 && qt + 1 < tiles) {
+            __syncthreads();  // every warp is done with this stage
+            copy_queries(qt + 1, 0);
         }
     }
+    T* dst = dqkv + blk.b * T_ * ld + blk.h * hs;
+    const float dk_scale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
+    flash_store_rows<HS>(dst + C, ld, dk, key, dk_scale, T_, hs, lane);
+    flash_store_rows<HS>(dst + 2 * C, ld, dv, key, one, T_, hs, lane);
 }
 
 // dQ, one block of 4 warps per (b, h, query tile), warp w on query rows
 // q0 + 16w .. q0 + 16w + 15, walking the key tiles up to the diagonal:
 // S = Q Kᵀ and dP = dO Vᵀ, P and dS in place, then dQ += round(dS) K.
-// Dynamic shared memory: Q, dO, K, V tiles.
+// Dynamic shared memory: Q, dO, then per stage a K and a V tile.
 template <class T, int HS>
 __global__ void __launch_bounds__(flash_mma_threads)
     flash_backward_query_mma_kernel(T* dqkv,           // (B, T, 3C) q part written
@@ -638,10 +726,12 @@ __global__ void __launch_bounds__(flash_mma_threads)
                                     const float* D,    // (B, NH, T)
                                     int T_, int C, int NH) {
     constexpr int nf = flash_tile / 8;
+    constexpr int tile = flash_tile_elems<HS>;
+    constexpr int stages = flash_backward_stages<HS>;
     T* sq = dynamic_shared<T>();
-    T* so = sq + flash_tile * flash_stride<HS>;
-    T* sk = so + flash_tile * flash_stride<HS>;
-    T* sv = sk + flash_tile * flash_stride<HS>;
+    T* so = sq + tile;
+    T* sk = so + tile;              // stage s at sk + s * tile
+    T* sv = sk + stages * tile;     // stage s at sv + s * tile
     const int hs = C / NH;
     const int tiles = (T_ + flash_tile - 1) / flash_tile;
     const FlashBlock blk = flash_block(tiles, NH, true);
@@ -651,44 +741,54 @@ __global__ void __launch_bounds__(flash_mma_threads)
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+    const float scale_log2 = flash_log2e * scale;
     int row[2];
-    float lse_r[2], D_r[2];
+    float lse_r[2], D_r[2];  // lse_r in base 2
     for (int i = 0; i < 2; ++i) {
         row[i] = q0 + 16 * w + flash_frag_row(lane, 2 * i);
-        lse_r[i] = row[i] < T_ ? lse[blk.bh * T_ + row[i]] : 0.0f;
+        lse_r[i] = row[i] < T_ ? flash_log2e * lse[blk.bh * T_ + row[i]] : 0.0f;
         D_r[i] = row[i] < T_ ? D[blk.bh * T_ + row[i]] : 0.0f;
     }
+    // The key tile kt's K and V into stage s.
+    const auto copy_keys = [&](int kt, int s) {
+        const int k0 = kt * flash_tile;
+        flash_copy_tile<HS>(sk + s * tile, seq + k0 * ld + C, ld, T_ - k0, hs);
+        flash_copy_tile<HS>(sv + s * tile, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
+        cp_async_commit();
+    };
 
-    flash_load_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
-    flash_load_tile<HS>(so, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
+    flash_copy_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
+    flash_copy_tile<HS>(so, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
+    copy_keys(0, 0);
     FragmentC dq[HS / 8] = {};
     for (int kt = 0; kt <= blk.tile; ++kt) {
         const int k0 = kt * flash_tile;
-        if (kt > 0) __syncthreads();  // every warp is done with the last K and V
-        flash_load_tile<HS>(sk, seq + k0 * ld + C, ld, T_ - k0, hs);
-        flash_load_tile<HS>(sv, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
-        __syncthreads();
-        FragmentC s[nf] = {}, dp[nf] = {};
-        flash_mma_abt<HS>(s, sq, w, sk, hs, lane);
-        flash_mma_abt<HS>(dp, so, w, sv, hs, lane);
+        const int s = kt % stages;
+        cp_async_wait<0>();
+        __syncthreads();  // tile kt has landed; every warp is done with the other stage
+        if (stages == 2 && kt < blk.tile) copy_keys(kt + 1, 1 - s);
+        const T* k = sk + s * tile;
+        const T* v = sv + s * tile;
+        FragmentC sc[nf] = {}, dp[nf] = {};
+        flash_mma_abt<HS>(sc, sq, w, k, hs, lane);
+        flash_mma_abt<HS>(dp, so, w, v, hs, lane);
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = i / 2, j = k0 + flash_frag_col(lane, nb, i);
-                const float p = row[r] < T_ && j <= row[r] ? expf(scale * s[nb].x[i] - lse_r[r]) : 0.0f;
+                const float p = row[r] < T_ && j <= row[r] ? exp2f(fmaf(scale_log2, sc[nb].x[i], -lse_r[r])) : 0.0f;
                 dp[nb].x[i] = p * (dp[nb].x[i] - D_r[r]);
             }
         }
-        flash_mma_pb<HS>(dq, dp, sk, hs, lane);
-    }
-    for (int nb = 0; nb < HS / 8 && 8 * nb < hs; ++nb) {
-        for (int i = 0; i < 4; ++i) {
-            const int t = row[i / 2];
-            if (t < T_)
-                dqkv[(blk.b * T_ + t) * ld + blk.h * hs + flash_frag_col(lane, nb, i)] = T(scale * dq[nb].x[i]);
+        flash_mma_pb<HS>(dq, dp, k, hs, lane);
+        if (stages == 1 && kt < blk.tile) {
+            __syncthreads();  // every warp is done with this stage
+            copy_keys(kt + 1, 0);
         }
     }
+    const float dq_scale[2] = {scale, scale};
+    flash_store_rows<HS>(dqkv + blk.b * T_ * ld + blk.h * hs, ld, dq, row, dq_scale, T_, hs, lane);
 }
 
 // ---- host side ---------------------------------------------------------------------------
@@ -698,6 +798,16 @@ __global__ void __launch_bounds__(flash_mma_threads)
 inline void check_flash_attention(const char* op, int B, int T_, int C, int NH) {
     ops::check_flash_attention(op, B, T_, C, NH);
     check_query_rows(op, B, T_, NH);
+}
+
+// The tensor-core kernels copy 16-byte pieces of qkv and dout (cp.async):
+// snug::Error naming the tensor when one is not 16-byte aligned.
+inline void check_flash_aligned(const char* op, const char* name, const void* p) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    if (address % 16 != 0)
+        throw Error(std::string(op) + ": " + name + " (address " + std::to_string(address) +
+                    ") is not aligned to 16 bytes, which the tensor-core kernels need; allocate or offset the "
+                    "tensor to a multiple of 16 bytes");
 }
 
 // Calls f(std::integral_constant<int, HS>{}) with the smallest head-size
@@ -733,10 +843,11 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
     const auto blocks = static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + detail::flash_tile - 1) / detail::flash_tile));
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
+            detail::check_flash_aligned("flash_attention_forward", "qkv", qkv);
             detail::flash_with_capacity(hs, [&](auto capacity) {
                 constexpr int HS = decltype(capacity)::value;
                 const std::size_t shared = detail::dynamic_shared_bytes(detail::flash_forward_mma_kernel<T, HS>,
-                                                                        3 * detail::flash_tile_bytes<HS, T>());
+                                                                        5 * detail::flash_tile_bytes<HS, T>());
                 launch<detail::flash_forward_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, shared, dev.stream,
                                                                 out, lse, qkv, T_, C, NH);
             });
@@ -769,15 +880,19 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
     const auto blocks = static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + detail::flash_tile - 1) / detail::flash_tile));
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
+            detail::check_flash_aligned("flash_attention_backward", "qkv", qkv);
+            detail::check_flash_aligned("flash_attention_backward", "dout", dout);
             detail::flash_with_capacity(hs, [&](auto capacity) {
                 constexpr int HS = decltype(capacity)::value;
+                constexpr int stages = detail::flash_backward_stages<HS>;
                 const std::size_t key_shared =
                     detail::dynamic_shared_bytes(detail::flash_backward_key_mma_kernel<T, HS>,
-                                                 4 * detail::flash_tile_bytes<HS, T>() + 2 * detail::flash_tile * sizeof(float));
+                                                 (2 + 2 * stages) * detail::flash_tile_bytes<HS, T>() +
+                                                     2 * stages * detail::flash_tile * sizeof(float));
                 launch<detail::flash_backward_key_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, key_shared,
                                                                      dev.stream, dqkv, dout, qkv, lse, scratch, T_, C, NH);
                 const std::size_t query_shared = detail::dynamic_shared_bytes(
-                    detail::flash_backward_query_mma_kernel<T, HS>, 4 * detail::flash_tile_bytes<HS, T>());
+                    detail::flash_backward_query_mma_kernel<T, HS>, (2 + 2 * stages) * detail::flash_tile_bytes<HS, T>());
                 launch<detail::flash_backward_query_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, query_shared,
                                                                        dev.stream, dqkv, dout, qkv, lse, scratch, T_,
                                                                        C, NH);

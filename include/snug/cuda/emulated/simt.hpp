@@ -171,6 +171,18 @@ struct CollectiveCall {
     void* out = nullptr;
 };
 
+// A cp.async (cuda/async_copy.hpp) a thread issued and has not waited for:
+// the bytes it read (zeros for a zero-fill), where they land in shared
+// memory, and its commit group (-1 until committed). They land only at the
+// thread's cp.async.wait_group, so code that reads a tile before waiting for
+// it reads stale bytes here, as it may on a GPU.
+struct AsyncCopy {
+    void* dst = nullptr;
+    std::size_t bytes = 0;
+    unsigned char data[16] = {};
+    int group = -1;
+};
+
 // An emulated CUDA thread.
 struct Thread {
     uint3 idx{0, 0, 0};
@@ -181,6 +193,8 @@ struct Thread {
     int predicate = 0;
     CollectiveCall call;
     std::uint64_t result = 0;
+    std::vector<AsyncCopy> async_copies;  // in flight, oldest first
+    int async_groups = 0;                 // cp.async groups committed so far
 };
 
 // A collective some lanes of a warp wait in.
