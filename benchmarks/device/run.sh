@@ -28,6 +28,10 @@
 #     9's headers work header-only (FMT_HEADER_ONLY pulls in format-inl.h),
 #     nothing built here needs it.
 #
+# SNUG_DEVICE_STAGES picks stages (default: all of "tests kernels step ladder
+# torch sanitizer"), e.g. a rerun after a kernel fix with little device time
+# left: SNUG_DEVICE_STAGES="tests kernels step".
+#
 # Without a GPU (a CPU machine) it prepares the headers, configures, says
 # plainly that no GPU is present and exits 0. SNUG_DEVICE_BUILD=1 makes it
 # build the benchmarks there too (a compile check; slow on 2 cores).
@@ -42,6 +46,8 @@ jobs=$(nproc 2>/dev/null || echo 4)
 start=$SECONDS
 log() { printf '[run.sh %4ds] %s\n' $((SECONDS - start)) "$*" | tee -a "$out/run.log"; }
 summary=()
+stages=" ${SNUG_DEVICE_STAGES:-tests kernels step ladder torch sanitizer} "
+want() { [[ $stages == *" $1 "* ]]; }
 
 # ---- Catch2's header, carried from a machine that has it ----
 if [[ ! -f third_party_headers/catch2/catch.hpp && -f /usr/include/catch2/catch.hpp ]]; then
@@ -49,8 +55,9 @@ if [[ ! -f third_party_headers/catch2/catch.hpp && -f /usr/include/catch2/catch.
     cp /usr/include/catch2/catch.hpp third_party_headers/catch2/
     log "copied /usr/include/catch2/catch.hpp into third_party_headers/ (carry it to the device machine)"
 fi
-# CLI11 and nlohmann/json (header-only) for vram_ladder, the same way.
-for h in CLI nlohmann; do
+# CLI11 and nlohmann/json (header-only) for vram_ladder, the same way, and
+# fmt's headers for its report.cpp (compiled there with FMT_HEADER_ONLY).
+for h in CLI nlohmann fmt; do
     if [[ ! -d third_party_headers/$h && -d /usr/include/$h ]]; then
         cp -r "/usr/include/$h" third_party_headers/
         log "copied /usr/include/$h into third_party_headers/"
@@ -97,7 +104,9 @@ fi
 bench_pid=$!
 
 tests_bin=""
-if [[ -f third_party_headers/catch2/catch.hpp ]]; then
+if ! want tests && ! want sanitizer; then
+    :
+elif [[ -f third_party_headers/catch2/catch.hpp ]]; then
     mkdir -p "$build/cuda_tests"
     nvcc_flags=(-std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Itests -Ithird_party_headers
                 "-DSNUG_TEST_DATA_DIR=\"$root/tests/data\"" -Xcompiler=-Wall,-Wextra)
@@ -119,9 +128,14 @@ else
 fi
 # vram_ladder (one nvcc compile of examples/vram_ladder/main.cu) alongside.
 ladder_bin=""
-if [[ -f third_party_headers/CLI/CLI.hpp && -d third_party_headers/nlohmann ]]; then
-    (timeout 300 nvcc -std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Ithird_party_headers \
-        examples/vram_ladder/main.cu -lcublasLt -o "$build/vram_ladder" >"$out/build_ladder.log" 2>&1) &
+# Its report (report.cpp formats with fmt, which nvcc cannot compile) is built
+# by the host compiler with fmt header-only.
+if want ladder && [[ -f third_party_headers/CLI/CLI.hpp && -d third_party_headers/nlohmann && -d third_party_headers/fmt ]]; then
+    (timeout 300 c++ -std=c++20 -O2 -DFMT_HEADER_ONLY -Iinclude -Ithird_party_headers \
+        -c examples/vram_ladder/report.cpp -o "$build/ladder_report.o" >"$out/build_ladder.log" 2>&1 &&
+     timeout 300 nvcc -std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Ithird_party_headers \
+        examples/vram_ladder/main.cu "$build/ladder_report.o" -lcublasLt -o "$build/vram_ladder" \
+        >>"$out/build_ladder.log" 2>&1) &
     ladder_pid=$!
 fi
 wait "$bench_pid"
@@ -138,7 +152,7 @@ if [[ -z $gpu ]]; then
 fi
 
 # ---- CUDA tests ----
-if [[ -n $tests_bin ]]; then
+if [[ -n $tests_bin ]] && want tests; then
     timeout 150 "$tests_bin" >"$out/cuda_tests.log" 2>&1
     rc=$?
     summary+=("cuda tests: rc $rc, $(grep -E '^(All tests passed|test cases:)' "$out/cuda_tests.log" | tail -1)")
@@ -146,9 +160,11 @@ if [[ -n $tests_bin ]]; then
 fi
 
 # ---- microbenchmarks and the step benchmark ----
-if [[ $bench_rc == 0 ]]; then
+if [[ $bench_rc == 0 ]] && want kernels; then
     timeout 150 "$build/benchmarks/snug_cuda_kernels_bench" "$out/kernels.csv" 2>&1 | tee "$out/kernels.txt"
     log "kernels_bench rc ${PIPESTATUS[0]}"
+fi
+if [[ $bench_rc == 0 ]] && want step; then
     timeout 150 "$build/benchmarks/snug_cuda_step_bench" "$out/step.csv" 2>&1 | tee "$out/step.txt"
     log "step_bench rc ${PIPESTATUS[0]}"
 fi
@@ -167,7 +183,9 @@ if [[ -n ${ladder_pid:-} ]]; then
 fi
 
 # ---- PyTorch side by side: the same model and rungs (the device's python3 has torch) ----
-if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+if ! want torch; then
+    :
+elif python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
     timeout 100 python3 benchmarks/torch/side_by_side.py --modes eager --csv "$out/torch_eager.csv" \
         --json "$out/torch_eager.json" 2>&1 | tee "$out/torch_eager.txt"
     log "side_by_side eager rc ${PIPESTATUS[0]}"
@@ -182,8 +200,14 @@ fi
 
 # ---- compute-sanitizer, with what time is left (it refuses the GPU under gVisor) ----
 left=$((440 - (SECONDS - start)))
-if [[ -n $tests_bin ]] && command -v compute-sanitizer >/dev/null 2>&1 && ((left > 30)); then
-    timeout "$left" compute-sanitizer --tool memcheck --error-exitcode 99 "$tests_bin" >"$out/sanitizer.log" 2>&1
+if ! want sanitizer; then
+    :
+elif [[ -n $tests_bin ]] && command -v compute-sanitizer >/dev/null 2>&1 && ((left > 30)); then
+    # API errors are not counted: the tests provoke some on purpose (an
+    # allocation past the card, a copy with a bad pointer) to check the
+    # errors snug raises; memcheck still fails on any bad memory access.
+    timeout "$left" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$tests_bin" \
+        >"$out/sanitizer.log" 2>&1
     rc=$?
     case $rc in
         0) summary+=("compute-sanitizer memcheck: clean") ;;
@@ -201,8 +225,9 @@ echo "===== snug on ${gpu} (commit $commit, $(date -u +%Y-%m-%d)) ====="
 for s in "${summary[@]}"; do echo "$s"; done
 if [[ -f $out/kernels.csv ]]; then
     echo "--- kernels (achieved / measured ceiling) ---"
+    # kernel,dtype,shape,bytes,flops,h200_bound_us,median_ms,achieved,unit,ceiling,fraction
     awk -F, 'NR > 1 { gsub(/"/, "")
-        printf "%-28s %-5s %9.1f us %9.1f %-7s %6.1f%%\n", $1, $2, $4 * 1000, $5, $6, $8 * 100 }' \
+        printf "%-30s %-5s %-24s %10.1f us %9.1f %-7s %6.1f%%\n", $1, $2, $3, $7 * 1000, $8, $9, $11 * 100 }' \
         "$out/kernels.csv"
 fi
 if [[ -f $out/step.csv ]]; then
@@ -215,8 +240,9 @@ fi
 for f in "$out/torch_eager.csv" "$out/torch_compile.csv"; do
     [[ -f $f ]] || continue
     echo "--- PyTorch $(basename "$f" .csv | sed 's/torch_//') (same rungs, same format) ---"
+    # framework,mode,rung,model,B,T,micro_batches,median_ms,tokens_per_s,mfu_measured_peak,...,tracker_peak_gib,..,status
     awk -F, 'NR > 1 { gsub(/"/, "")
-        printf "%-20s %-5s %9s tok/s  MFU %5s  tracker %6s GiB  %s\n", $3, $4, $9, $10, $13, $17 }' "$f"
+        printf "%-20s %-5s %9.0f tok/s  MFU %5.1f%%  tracker %6.2f GiB  %s\n", $3, $4, $9, $10 * 100, $13, $17 }' "$f"
 done
 if [[ -f $out/ladder.txt ]]; then
     echo "--- VRAM ladder ---"

@@ -2,15 +2,16 @@
 // head on the host (the whole logits, softmax cross-entropy, the head's
 // backward), fresh random hidden states, weights and targets, outputs
 // poisoned first, for float, bfloat16 and half, chunks of 1, 7 (a remainder)
-// and automatic: the loss within 1e-5 relative, d(hidden) and the
-// accumulated dW within the backend tolerance (1e-5 fp32, 1e-2 16-bit, as
-// check_close measures). Evaluation leaves the poisoned gradients alone; a
+// and automatic: the loss within 1e-5 relative, d(hidden) within the backend
+// tolerance (1e-5 fp32, 1e-2 16-bit, as check_close measures), the fp32 dW
+// within 1e-5 (fp32) or 1e-4 (16-bit: its terms are rounded dlogits). Evaluation leaves the poisoned gradients alone; a
 // running total on the device gains N times the loss. The
 // last position's logits against the host's. Runs only where a GPU exists.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "snug/nn/classifier.hpp"
@@ -36,6 +37,13 @@ TEMPLATE_TEST_CASE("cuda chunked classifier matches the host's unchunked head", 
     std::vector<std::int32_t> targets(n);
     for (auto& t : targets) t = static_cast<std::int32_t>(rng.below(V));
     const float dloss = 1.0f / static_cast<float>(N);
+    // dW is fp32, but for 16-bit T it sums dlogits rounded to T on each side:
+    // where host and device straddle a rounding boundary (their logits come
+    // from GEMMs summed in different orders), a term differs by one ulp of T
+    // (2^-8 of a dlogit of about 1e-4 here, against dW's rms of 0.06). Up to
+    // N = 45 such terms could bound it at 3e-4; the worst seen was 1.5e-5
+    // (seed 11777420197372672403), past fp32's 1e-5.
+    const double dw_tolerance = std::is_same_v<T, float> ? 1e-5 : 1e-4;
 
     // The host, unchunked.
     const snug::Host host;
@@ -61,7 +69,7 @@ TEMPLATE_TEST_CASE("cuda chunked classifier matches the host's unchunked head", 
                                                  t_d.data(), N, C, V, Vp, dloss, chunk);
         CHECK(std::abs(loss - loss_ref) <= 1e-5 * loss_ref);
         check_close(to_host(dx_d), dx_ref, tolerance<T>(), "d hidden");
-        check_close(to_host(dw_d), dw_ref, tolerance<float>(), "dW");
+        check_close(to_host(dw_d), dw_ref, dw_tolerance, "dW");
 
         // Evaluation: the same loss; the gradients it was given stay poisoned.
         auto dx_eval = poisoned<T>(run.tracker, n * C);
