@@ -213,3 +213,47 @@ TEST_CASE("The fastest plan for a Llama: the chosen configuration runs within th
     CHECK(names == std::vector<std::string>{"none", "every:4", "every:3", "every:2", "full"});
     CHECK_FALSE(snug::plan_for_budget<Model, P>(c, base, 4, 1000).fits);
 }
+
+TEST_CASE("checkpoint auto for a Llama: the plan it picks runs within the budget at the predicted peak",
+          "[causal_lm]") {
+    using Model = snug::Llama<float, Host>;
+    using P = snug::precision::Fp32;
+    const LlamaConfig c = tiny();
+    const int B = 4, T = 16;
+    snug::RunShape shape;
+    shape.micro_batch = B;
+    shape.seq = T;
+    const std::size_t keep_all = snug::predict_training_memory<Model, P>(c, shape).total;
+    shape.recompute.assign(static_cast<std::size_t>(c.n_layer), Recompute::full);
+    const std::size_t full = snug::predict_training_memory<Model, P>(c, shape).total;
+    REQUIRE(full < keep_all);
+    shape.recompute.clear();
+    const std::size_t budget = (keep_all + full) / 2;
+    const std::vector<Recompute> plan = snug::auto_recompute<Model, P>(c, shape, budget);
+    CHECK(plan != std::vector<Recompute>(static_cast<std::size_t>(c.n_layer), Recompute::none));
+    CHECK(std::find(plan.begin(), plan.end(), Recompute::selective) == plan.end());  // LlamaBlock cannot
+    CHECK(snug::auto_recompute<Model, P>(c, shape, keep_all) ==
+          std::vector<Recompute>(static_cast<std::size_t>(c.n_layer), Recompute::none));
+    CHECK_THROWS_WITH((snug::auto_recompute<Model, P>(c, shape, 1000)),
+                      Catch::Contains("no recompute plan fits the budget of 1000 B"));
+
+    // The real step under that plan and a tracker budget of `budget` runs, at the predicted peak.
+    snug::test::HostRun run;
+    run.tracker.set_budget(budget);
+    Model model(c, run.tracker);
+    const std::vector<float> w0 = model.initial_weights(3);
+    model.load_weights(run.ctx.device, w0);
+    snug::TrainStep<Model, P, snug::accumulate::None, snug::checkpoint::Given> step(
+        model, run.tracker, run.ctx.device, w0, {}, P{}, snug::accumulate::None{}, snug::checkpoint::Given{plan});
+    const Task task(B * T, c.vocab_size, 11);
+    snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, task.tokens.size(), "token ids");
+    snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, task.targets.size(),
+                                             "target ids");
+    std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
+    std::copy(task.targets.begin(), task.targets.end(), targets.data());
+    const snug::MicroBatch mb[] = {{tokens.data(), targets.data()}};
+    (void)step.step(run.ctx, mb, B, T, 1e-3f);
+    shape.recompute = plan;
+    CHECK(run.tracker.peak_total() == snug::predict_training_memory<Model, P>(c, shape).total);
+    CHECK(run.tracker.peak_total() <= budget);
+}

@@ -496,6 +496,24 @@ TEST_CASE("auto_recompute (--checkpoint auto): the first plan of growing recompu
                                                           Catch::Contains("smallest predicted peak of any plan"));
 }
 
+TEST_CASE("auto_recompute for any meterable model: on GPT's type it gives the GPT answer") {
+    const GPTConfig c = shape(64, 16, 4, 2, 16);
+    MemoryPlanInput in = plan_input(c, PrecisionKind::bf16, 2, 16, 1, {}, 0, 0);
+    const std::size_t keep_all = snug::predict_memory(in).total;
+    in.recompute.assign(4, Recompute::full);
+    const std::size_t full = snug::predict_memory(in).total;
+    in.recompute.clear();
+    using Model = snug::GPT<snug::bfloat16, snug::Host>;
+    const snug::RunShape& run = in;
+    for (const std::size_t budget : {keep_all, (keep_all + full) / 2, (keep_all + 3 * full) / 4, full}) {
+        INFO("budget " << budget);
+        const std::vector<Recompute> gpt = snug::auto_recompute(in, budget);
+        CHECK(snug::auto_recompute<Model, snug::precision::Bf16>(c, run, budget) == gpt);
+    }
+    CHECK_THROWS_WITH((snug::auto_recompute<Model, snug::precision::Bf16>(c, run, 1000)),
+                      Catch::Contains("no recompute plan fits the budget of 1000 B"));
+}
+
 TEST_CASE("auto_recompute judges each plan by its total, not its activations alone") {
     // train_gpt's tiny fp16 run (2 layers, C 16, V 256, B 2, T 16): full
     // recomputation of both blocks needs the least in total, but a plan

@@ -312,43 +312,67 @@ std::vector<CheckpointCandidate> checkpoint_candidates(const Config& config, int
     return checkpoint_candidates(query);
 }
 
-// --checkpoint auto: the plan for the input's (B, T) whose whole run fits
+// --checkpoint auto: the plan for base's (B, T) whose whole run fits
 // `budget` (activations, temporaries and everything else), taken in
 // checkpoint::Budget's order of growing recompute (nothing; then selective
-// for one block more at a time; then full for one block more at a time): the
-// first that fits. Each plan is judged by its predicted total, not by its
-// activations alone: a plan that keeps fewer activations may need more
-// temporaries (selective recomputation rebuilds into scratch), so a budget on
-// activations would miss plans that fit. The input's recompute is ignored.
-// Nothing fits: OutOfMemory, naming the budget and the smallest total any of
-// these plans reaches.
-inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::size_t budget) {
-    in.validate();
-    const GPTConfig& c = in.model;
+// for one block more at a time, where the model's blocks can; then full for
+// one block more at a time): the first that fits. Each plan is judged by its
+// predicted total, not by its activations alone: a plan that keeps fewer
+// activations may need more temporaries (selective recomputation rebuilds
+// into scratch), so a budget on activations would miss plans that fit.
+// base's recompute is ignored. This one serves any model: its block count,
+// whether its blocks recompute selectively, and predict(RunShape) ->
+// MemoryPlan, that model's planner. Nothing fits: OutOfMemory, naming the
+// budget and the smallest total any of these plans reaches.
+template <class Predict>
+std::vector<Recompute> auto_recompute(const RunShape& base, int blocks, bool selective_available,
+                                      std::size_t budget, Predict&& predict) {
     // Budget's candidates in its order: with a budget of 0 it asks about each, then gives up.
     std::vector<std::vector<Recompute>> tried;
-    CheckpointQuery recorder{c.n_layer, [&](std::span<const Recompute> modes) {
+    CheckpointQuery recorder{blocks, [&](std::span<const Recompute> modes) {
                                  tried.emplace_back(modes.begin(), modes.end());
                                  return std::size_t{1};
                              }};
-    recorder.selective_available = true;  // GPT's blocks recompute selectively
+    recorder.selective_available = selective_available;
     try {
         (void)checkpoint::Budget(0).plan(recorder);
     } catch (const OutOfMemory&) {
         // expected: no plan keeps 0 bytes
     }
-    MemoryPlanInput probe = in;
+    RunShape probe = base;
     std::size_t smallest = static_cast<std::size_t>(-1);
     for (const std::vector<Recompute>& modes : tried) {
         probe.recompute = modes;
-        const std::size_t total = predict_memory(probe).required;
+        const std::size_t total = predict(probe).required;
         if (total <= budget) return modes;
         smallest = std::min(smallest, total);
     }
     throw OutOfMemory("checkpoint auto: no recompute plan fits the budget of " + format_bytes(budget) + " (" +
-                      std::to_string(budget) + " bytes) at micro-batch " + std::to_string(in.micro_batch) +
-                      " x " + std::to_string(in.seq) + "; the smallest predicted peak of any plan is " +
+                      std::to_string(budget) + " bytes) at micro-batch " + std::to_string(base.micro_batch) +
+                      " x " + std::to_string(base.seq) + "; the smallest predicted peak of any plan is " +
                       format_bytes(smallest) + ": use a smaller micro-batch or a shorter context");
+}
+
+// For a GPT: the input's model and precision (GPT's blocks recompute selectively).
+inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::size_t budget) {
+    in.validate();
+    return auto_recompute(static_cast<const RunShape&>(in), in.model.n_layer, true, budget,
+                          [&](const RunShape& shape) {
+                              MemoryPlanInput probe = in;
+                              static_cast<RunShape&>(probe) = shape;
+                              return predict_memory(probe);
+                          });
+}
+
+// The same for any MeterableModel built from `config` under Precision (its
+// blocks counted on its Meter twin).
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+std::vector<Recompute> auto_recompute(const Config& config, const RunShape& base, std::size_t budget) {
+    using MeterModel = typename Model::template on_device<Meter>;
+    MemoryTracker tracker;
+    const MeterModel shape_only(config, tracker);
+    return auto_recompute(base, shape_only.num_blocks(), recomputes_selectively<Model>(), budget,
+                          [&](const RunShape& shape) { return predict_training_memory<Model, Precision>(config, shape); });
 }
 
 // ---- the --plan search --------------------------------------------------------------
