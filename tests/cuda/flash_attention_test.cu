@@ -30,7 +30,8 @@
 // half and in the SIMT kernels for float; the SIMT shapes (hs = 8, 24, 40,
 // 160) run SIMT for every type. T = 1, 17, 64, 65 and 130 cover one row,
 // partial tiles, a whole tile and three tiles. The backward must give the
-// same bits on every run, and a bad shape throws ShapeError before launching.
+// same bits on every run, and a bad shape throws ShapeError before launching
+// (a tensor the tensor-core path cannot copy in 16-byte pieces, snug::Error).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -315,7 +316,8 @@ TEMPLATE_TEST_CASE("cuda flash attention at SIMT head sizes matches its float64 
     for (const auto& z : sizes) check_flash<TestType>(rng, z, false);
 }
 
-TEST_CASE("cuda flash attention rejects bad sizes before launching", "[cuda][flash_attention]") {
+TEST_CASE("cuda flash attention rejects bad sizes and misaligned tensors before launching",
+          "[cuda][flash_attention]") {
     const Cuda dev{};
     float* f = nullptr;
     snug::bfloat16* h = nullptr;
@@ -326,6 +328,21 @@ TEST_CASE("cuda flash attention rejects bad sizes before launching", "[cuda][fla
     CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, -1, 8, 48, 4), Contains("B = -1"));
     CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, f, f, f, 1 << 16, 1 << 16, 64, 1),
                       Contains("2^31 - 1"));
+    // The tensor-core path copies 16-byte pieces: a tensor one element off is refused, by name.
+    MemoryTracker tracker;
+    auto buf = poisoned<snug::bfloat16>(tracker, 3 * 64 + 8);
+    auto stats = poisoned<float>(tracker, 4);  // B NH T
+    snug::bfloat16* off = buf.data() + 1;
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, buf.data(), stats.data(), off, 1, 2, 32, 2),
+                      Contains("flash_attention_forward: qkv") && Contains("not aligned to 16 bytes"));
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, off, stats.data(), buf.data(), 1, 2, 32, 2),
+                      Contains("flash_attention_forward: out") && Contains("not aligned to 16 bytes"));
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, off, stats.data(), buf.data(), buf.data(),
+                                                           buf.data(), stats.data(), 1, 2, 32, 2),
+                      Contains("flash_attention_backward: dqkv") && Contains("not aligned to 16 bytes"));
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, buf.data(), stats.data(), off, buf.data(),
+                                                           buf.data(), stats.data(), 1, 2, 32, 2),
+                      Contains("flash_attention_backward: dout") && Contains("not aligned to 16 bytes"));
     // T = 0 or B = 0: nothing to launch.
     snug::cuda::flash_attention_forward(dev, f, f, f, 2, 0, 48, 4);
     snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, 0, 8, 48, 4);

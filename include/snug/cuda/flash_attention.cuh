@@ -11,11 +11,12 @@
 //     fp32 accumulation. The scores' accumulator fragments are re-packed as
 //     the A fragments of the second product (FlashAttention-2's register
 //     trick): that packing is the contract's round(). Tiles come from global
-//     memory by cp.async in 16-byte pieces (qkv and dout 16-byte aligned),
-//     the next tile loading while the tensor cores work on this one (two
-//     stages; one in the backward at HS = 128, to stay within a consumer
-//     card's 99 KiB of shared memory); scores are kept in base 2 so each
-//     exponential is one exp2f. The kernels are instantiated for head-size
+//     memory by cp.async in 16-byte pieces (qkv, dout, out and dqkv 16-byte
+//     aligned, as every snug allocation is), the next tile loading while the
+//     tensor cores work on this one (two stages; one in the backward at
+//     HS = 128, to stay within a consumer card's 99 KiB of shared memory);
+//     scores are kept in base 2 so each exponential is one exp2f. The
+//     kernels are instantiated for head-size
 //     capacities 16, 32, 64 and 128; a head of 48 runs in the 64 kernel,
 //     which skips the channel steps past hs.
 //   - SIMT, for fp32 and for the heads the tensor-core kernels do not take:
@@ -800,8 +801,9 @@ inline void check_flash_attention(const char* op, int B, int T_, int C, int NH) 
     check_query_rows(op, B, T_, NH);
 }
 
-// The tensor-core kernels copy 16-byte pieces of qkv and dout (cp.async):
-// snug::Error naming the tensor when one is not 16-byte aligned.
+// The tensor-core kernels copy 16-byte pieces of qkv and dout (cp.async)
+// and store out and dqkv two elements at a time: snug::Error naming the
+// tensor when one is not 16-byte aligned (every snug allocation is).
 inline void check_flash_aligned(const char* op, const char* name, const void* p) {
     const auto address = reinterpret_cast<std::uintptr_t>(p);
     if (address % 16 != 0)
@@ -844,6 +846,7 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_forward", "qkv", qkv);
+            detail::check_flash_aligned("flash_attention_forward", "out", out);
             detail::flash_with_capacity(hs, [&](auto capacity) {
                 constexpr int HS = decltype(capacity)::value;
                 const std::size_t shared = detail::dynamic_shared_bytes(detail::flash_forward_mma_kernel<T, HS>,
@@ -882,6 +885,7 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_backward", "qkv", qkv);
             detail::check_flash_aligned("flash_attention_backward", "dout", dout);
+            detail::check_flash_aligned("flash_attention_backward", "dqkv", dqkv);
             detail::flash_with_capacity(hs, [&](auto capacity) {
                 constexpr int HS = decltype(capacity)::value;
                 constexpr int stages = detail::flash_backward_stages<HS>;
