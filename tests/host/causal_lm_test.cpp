@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "snug/accumulate/policies.hpp"
@@ -43,6 +45,33 @@ struct Task {
         }
     }
 };
+
+// One fp32 update of a fresh tiny Llama (weights and a Task of B x T tokens
+// from `seed`) under `checkpoint` and a tracker budget of `budget` bytes,
+// with the ids in tracked memory as a real run keeps them: the tracker's
+// peak. Throws OutOfMemory when the step does not fit.
+template <class Checkpoint>
+std::size_t one_step_peak(const LlamaConfig& c, int B, int T, std::size_t budget, Checkpoint checkpoint,
+                          std::uint64_t seed) {
+    using Model = snug::Llama<float, Host>;
+    using P = snug::precision::Fp32;
+    snug::test::HostRun run;
+    run.tracker.set_budget(budget);
+    Model model(c, run.tracker);
+    const std::vector<float> w0 = model.initial_weights(seed);
+    model.load_weights(run.ctx.device, w0);
+    snug::TrainStep<Model, P, snug::accumulate::None, Checkpoint> step(
+        model, run.tracker, run.ctx.device, w0, {}, P{}, snug::accumulate::None{}, std::move(checkpoint));
+    const Task task(B * T, c.vocab_size, seed);
+    snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, task.tokens.size(), "token ids");
+    snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, task.targets.size(),
+                                             "target ids");
+    std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
+    std::copy(task.targets.begin(), task.targets.end(), targets.data());
+    const snug::MicroBatch mb[] = {{tokens.data(), targets.data()}};
+    (void)step.step(run.ctx, mb, B, T, 1e-3f);
+    return run.tracker.peak_total();
+}
 
 }  // namespace
 
@@ -167,26 +196,8 @@ TEST_CASE("The largest micro-batch of a Llama for a budget: that many fit, one m
     const std::size_t one = snug::predict_training_memory<Model, snug::precision::Fp32>(c, shape).total;
     CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, shape, one - 1) == 0);
     // The real step at 5 under a tracker budget of `five` runs; at 6 it runs out.
-    auto run_at = [&](int B) {
-        snug::test::HostRun run;
-        run.tracker.set_budget(five);
-        Model model(c, run.tracker);
-        const std::vector<float> w0 = model.initial_weights(2);
-        model.load_weights(run.ctx.device, w0);
-        snug::TrainStep<Model, snug::precision::Fp32, snug::accumulate::None, snug::checkpoint::None> step(
-            model, run.tracker, run.ctx.device, w0);
-        const Task task(B * 16, c.vocab_size, 9);
-        snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, task.tokens.size(), "token ids");
-        snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, task.targets.size(),
-                                                 "target ids");
-        std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
-        std::copy(task.targets.begin(), task.targets.end(), targets.data());
-        const snug::MicroBatch mb[] = {{tokens.data(), targets.data()}};
-        (void)step.step(run.ctx, mb, B, 16, 1e-3f);
-        return run.tracker.peak_total();
-    };
-    CHECK(run_at(5) == five);
-    CHECK_THROWS_AS(run_at(6), snug::OutOfMemory);
+    CHECK(one_step_peak(c, 5, 16, five, snug::checkpoint::None{}, 2) == five);
+    CHECK_THROWS_AS(one_step_peak(c, 6, 16, five, snug::checkpoint::None{}, 2), snug::OutOfMemory);
 }
 
 TEST_CASE("The fastest plan for a Llama: the chosen configuration runs within the budget", "[causal_lm]") {
@@ -238,22 +249,8 @@ TEST_CASE("checkpoint auto for a Llama: the plan it picks runs within the budget
                       Catch::Contains("no recompute plan fits the budget of 1000 B"));
 
     // The real step under that plan and a tracker budget of `budget` runs, at the predicted peak.
-    snug::test::HostRun run;
-    run.tracker.set_budget(budget);
-    Model model(c, run.tracker);
-    const std::vector<float> w0 = model.initial_weights(3);
-    model.load_weights(run.ctx.device, w0);
-    snug::TrainStep<Model, P, snug::accumulate::None, snug::checkpoint::Given> step(
-        model, run.tracker, run.ctx.device, w0, {}, P{}, snug::accumulate::None{}, snug::checkpoint::Given{plan});
-    const Task task(B * T, c.vocab_size, 11);
-    snug::Buffer<std::int32_t, Host> tokens(run.tracker, MemoryCategory::workspace, task.tokens.size(), "token ids");
-    snug::Buffer<std::int32_t, Host> targets(run.tracker, MemoryCategory::workspace, task.targets.size(),
-                                             "target ids");
-    std::copy(task.tokens.begin(), task.tokens.end(), tokens.data());
-    std::copy(task.targets.begin(), task.targets.end(), targets.data());
-    const snug::MicroBatch mb[] = {{tokens.data(), targets.data()}};
-    (void)step.step(run.ctx, mb, B, T, 1e-3f);
+    const std::size_t peak = one_step_peak(c, B, T, budget, snug::checkpoint::Given{plan}, 3);
     shape.recompute = plan;
-    CHECK(run.tracker.peak_total() == snug::predict_training_memory<Model, P>(c, shape).total);
-    CHECK(run.tracker.peak_total() <= budget);
+    CHECK(peak == snug::predict_training_memory<Model, P>(c, shape).total);
+    CHECK(peak <= budget);
 }
