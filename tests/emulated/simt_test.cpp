@@ -450,7 +450,8 @@ TEST_CASE("detector: a cp.async to a misaligned shared address", "[emulated][fau
     DeviceArray<float> src(8);
     const std::string m = fault_of([&] { launch<misaligned_async_copy_kernel>(1, 1, 0, nullptr, src.p); });
     CHECK_THAT(m, Contains("misaligned_async_copy_kernel") && Contains("thread (0, 0, 0)") &&
-                      Contains("cp.async of 16 bytes: an address not aligned to 16 bytes"));
+                      Contains("cp.async of 16 bytes at ") && Contains("simt_test.cpp:") &&
+                      Contains(": an address not aligned to 16 bytes"));
 }
 
 TEST_CASE("detector: a barrier reached at different call sites", "[emulated][fault]") {

@@ -36,13 +36,12 @@ SNUG_EMULATED_UNTRACED void cp_async(void* dst, const void* src, bool valid,
     using namespace emulated::detail;
     Thread& t = this_thread("cp.async");
     Block& block = this_block();
-    t.site = site;
     const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % Bytes != 0; };
     if (misaligned(dst) || (valid && misaligned(src)))
-        block.fail(t, "cp.async of " + std::to_string(Bytes) + " bytes: an address not aligned to " +
-                          std::to_string(Bytes) + " bytes");
+        block.fail(t, "cp.async of " + std::to_string(Bytes) + " bytes at " + str(site) +
+                          ": an address not aligned to " + std::to_string(Bytes) + " bytes");
     if (!block.is_shared(dst, Bytes))
-        block.fail(t, "cp.async: the destination is not " + std::to_string(Bytes) +
+        block.fail(t, "cp.async at " + str(site) + ": the destination is not " + std::to_string(Bytes) +
                           " bytes of this block's shared memory");
     AsyncCopy copy;
     copy.dst = dst;
