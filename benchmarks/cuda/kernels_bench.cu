@@ -383,6 +383,23 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
                                          1e-8f, 0.1f, step, 1.0f);
         }, 1);
     }
+    if constexpr (std::is_same_v<Tp, snug::bfloat16>) {
+        // Lean AdamW: bf16 weights without a master and bf16 moments, each read
+        // and written and rounded stochastically (one Philox block per element); grad read.
+        DeviceArray<snug::bfloat16> weights(params), m(params), v(params);
+        DeviceArray<float> grad(params);
+        fill(weights.p, params, 14);
+        fill(grad.p, params, 15, -1e-2f, 1e-2f);
+        fill(m.p, params, 16, -1e-3f, 1e-3f);
+        fill(v.p, params, 17, 0.0f, 1e-6f);
+        int step = 0;
+        memory_row("adamw_update (bf16 state, no master)", dt, "n 124M", {double(params) * (3.0 * 2.0 * 2.0 + 4.0)},
+                   ceil.copy_gbs, [&](int) {
+            ++step;
+            snug::cuda::adamw_update(dev, weights.p, nullptr, grad.p, m.p, v.p, params, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                                     0.1f, step, 1.0f, snug::ops::AdamWRounding{7, 0});
+        }, 1);
+    }
     {  // Linear layers of one block, forward and backward through Blas (the MLP's first, N x 768 -> 3072)
         const int OC = 4 * C;
         DeviceArray<Tp> inp(N * C), w(std::int64_t{OC} * C), bias(OC), out(N * OC), dout(N * OC), dinp(N * C);

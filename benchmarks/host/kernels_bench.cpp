@@ -301,8 +301,27 @@ BENCHMARK_TEMPLATE(materialised_attention, snug::bfloat16, true)->Apply(gpt2_hea
 BENCHMARK_TEMPLATE(flash_attention, snug::bfloat16, true)->Apply(gpt2_heads)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(softmax_cross_entropy, float)->Apply(vocabularies)->UseRealTime();
 BENCHMARK_TEMPLATE(softmax_cross_entropy, snug::bfloat16)->Apply(vocabularies)->UseRealTime();
+// ---- AdamW with lean state: bf16 weights (no master) and bf16 moments, rounded stochastically ----
+void adamw_update_lean(benchmark::State& state) {
+    const std::int64_t n = state.range(0);
+    auto weights = random_values<snug::bfloat16>(n, 1), m = random_values<snug::bfloat16>(n, 2, -1e-3f, 1e-3f),
+         v = random_values<snug::bfloat16>(n, 3, 0.0f, 1e-6f);
+    const auto grad = random_values<float>(n, 4, -1e-2f, 1e-2f);
+    int step = 0;
+    for (auto _ : state) {
+        ++step;
+        snug::host::adamw_update(dev, weights.data(), nullptr, grad.data(), m.data(), v.data(), n, 1e-4f, 0.9f,
+                                 0.95f, 1e-8f, 0.1f, step, 1.0f, snug::ops::AdamWRounding{7, 0});
+        benchmark::DoNotOptimize(weights.data());
+        benchmark::ClobberMemory();
+    }
+    // weights, m, v (2 bytes each) read and written; grad read.
+    bytes_rate(state, static_cast<double>(n) * (3.0 * 2.0 * 2.0 + sizeof(float)));
+}
+
 BENCHMARK_TEMPLATE(adamw_update, float)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(adamw_update, snug::bfloat16)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(adamw_update_lean)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(unscale_and_check)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

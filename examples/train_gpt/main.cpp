@@ -68,6 +68,7 @@ int run(int argc, char** argv) {
     // What the command line says as text; parsed into o once CLI11 is done.
     std::string precision = "fp32", checkpoint = "none", vram_budget = "12GiB", device_name = "auto";
     std::string attention = "flash";
+    std::string optimizer_state = "fp32", master = "fp32";
     std::string tokenizer_path;
     std::int64_t batch_tokens = 0;
     bool eval_only = false, plan = false;
@@ -94,6 +95,13 @@ int run(int argc, char** argv) {
     app.add_option("--batch-tokens", batch_tokens, "tokens per update; sets --accum = this / (B T), which must divide")
         ->excludes(accum_opt)
         ->check(CLI::PositiveNumber);
+    app.add_option("--optimizer-state", optimizer_state,
+                   "AdamW's moments: fp32, or bf16 (stochastically rounded; half the optimizer memory)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
+    app.add_option("--master", master,
+                   "master weights: fp32, or none (bf16 weights updated in place, stochastically rounded; "
+                   "--precision bf16 only)")
+        ->check(CLI::IsMember({"fp32", "none"}));
     app.add_option("--checkpoint", checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
     app.add_option("--attention", attention,
                    "flash (keeps one log-sum-exp per row) or materialized (keeps the B NH T T probabilities)")
@@ -153,6 +161,8 @@ int run(int argc, char** argv) {
 
     o.run.precision = snug::parse_precision_kind(precision);
     o.run.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--checkpoint");
+    o.run.moments = snug::parse_moment_storage(optimizer_state);
+    o.run.master = snug::parse_master_storage(master);
     o.attention = snug::parse_attention_kind(attention, "--attention");
     o.budget_bytes = vram_budget == "none" ? std::nullopt : std::optional(snug::parse_bytes(vram_budget));
     if (batch_tokens > 0) {

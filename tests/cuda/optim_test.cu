@@ -1,6 +1,7 @@
 // The CUDA optimizer kernels against the host kernels on fresh random inputs,
 // outputs poisoned first: adamw_update (fp32 master weights and moments, and
-// a float, bfloat16 or half working copy, or none), sum_squares and
+// a float, bfloat16 or half working copy, or none; and with lean state: bf16
+// moments, bf16 weights without a master, rounded stochastically), sum_squares and
 // accumulate_sum. AdamW is
 // one chain of fp32 operations per element that the CUDA kernel performs in
 // the host's order without fused multiply-adds, so the test asks for the
@@ -94,7 +95,68 @@ void check_adamw_sizes(snug::Generator& rng) {
     check_adamw<T>(rng, 20'000'003, args[0]);
 }
 
+// Lean state: P weights updated in place (fp32 master, or bf16 weights with
+// no master), M moments; with a T working copy only when P is fp32 (void:
+// none). Stochastic rounding from the same stream: the host's bits.
+template <class P, class M, class T>
+void check_lean_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a, snug::ops::AdamWRounding rounding) {
+    INFO("n = " << n << ", step " << a.step << ", first index " << rounding.first_index);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const auto count = static_cast<std::size_t>(n);
+    std::vector<P> p = random_values<P>(rng, count, -1.0f, 1.0f);
+    const auto grad = random_values<float>(rng, count, -2.0f, 2.0f);
+    std::vector<M> m = random_values<M>(rng, count, -0.1f, 0.1f);
+    std::vector<M> v = random_values<M>(rng, count, 1e-6f, 1e-2f);
+    auto p_d = to_device(tracker, p);
+    auto grad_d = to_device(tracker, grad);
+    auto m_d = to_device(tracker, m);
+    auto v_d = to_device(tracker, v);
+    if constexpr (std::is_void_v<T>) {
+        adamw_update(dev, p_d.data(), nullptr, grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1, a.beta2, a.eps,
+                     a.weight_decay, a.step, a.grad_scale, rounding);
+        adamw_update(host, p.data(), nullptr, grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps,
+                     a.weight_decay, a.step, a.grad_scale, rounding);
+    } else {
+        auto working_d = poisoned<T>(tracker, count);
+        std::vector<T> working(count);
+        adamw_update(dev, p_d.data(), working_d.data(), grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1,
+                     a.beta2, a.eps, a.weight_decay, a.step, a.grad_scale, rounding);
+        adamw_update(host, p.data(), working.data(), grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2,
+                     a.eps, a.weight_decay, a.step, a.grad_scale, rounding);
+        check_same_bits(to_host(working_d), working, "working");
+    }
+    check_same_bits(to_host(p_d), p, "weights");
+    check_same_bits(to_host(m_d), m, "m");
+    check_same_bits(to_host(v_d), v, "v");
+}
+
+template <class P, class M, class T>
+void check_lean_adamw_sizes(snug::Generator& rng, bool past_one_grid) {
+    const AdamWArgs args[] = {
+        {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f},
+        {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
+    };
+    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{1001}}) {
+        for (const auto& a : args) check_lean_adamw<P, M, T>(rng, n, a, {rng.next_u32(), 4096 * n});
+    }
+    // Past one pass of the grid: a thread's later elements keep their own dice.
+    if (past_one_grid) check_lean_adamw<P, M, T>(rng, 20'000'003, args[0], {rng.next_u32(), 3});
+}
+
 }  // namespace
+
+TEST_CASE("cuda adamw_update with lean state gives the host's bits", "[cuda][adamw][lean]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    SECTION("bf16 moments, fp32 master, bf16 working copy") { check_lean_adamw_sizes<float, snug::bfloat16, snug::bfloat16>(rng, false); }
+    SECTION("bf16 moments, fp32 master, half working copy") { check_lean_adamw_sizes<float, snug::bfloat16, snug::half>(rng, false); }
+    SECTION("bf16 moments, fp32 weights") { check_lean_adamw_sizes<float, snug::bfloat16, void>(rng, false); }
+    SECTION("bf16 weights without a master, fp32 moments") { check_lean_adamw_sizes<snug::bfloat16, float, void>(rng, false); }
+    SECTION("bf16 weights without a master, bf16 moments") { check_lean_adamw_sizes<snug::bfloat16, snug::bfloat16, void>(rng, true); }
+}
 
 TEST_CASE("cuda adamw_update gives the host's bits, with every working copy and without one", "[cuda][adamw]") {
     const std::uint64_t seed = fresh_seed();

@@ -75,8 +75,15 @@ struct Trace {
     float first_norm = 0.0f;
 };
 
+// The optimizer's storage (the lean variants round stochastically, from the
+// same stream on both backends).
+struct Storage {
+    snug::MomentStorage moments = snug::MomentStorage::fp32;
+    snug::MasterStorage master = snug::MasterStorage::fp32;
+};
+
 template <class D, class Precision, class Accumulation, class Checkpoint>
-Trace train(Accumulation acc, Checkpoint ck, int updates) {
+Trace train(Accumulation acc, Checkpoint ck, int updates, Storage storage = {}) {
     using Act = typename Precision::compute_type;
     using Run = std::conditional_t<std::is_same_v<D, Cuda>, CudaRun, HostRun>;
     const GPTConfig c = config();
@@ -86,6 +93,8 @@ Trace train(Accumulation acc, Checkpoint ck, int updates) {
     model.load_weights(run.ctx.device, w0);
     snug::TrainConfig tc;
     tc.adamw.weight_decay = 0.0f;
+    tc.adamw.moments = storage.moments;
+    tc.adamw.master = storage.master;
     snug::TrainStep<snug::GPT<Act, D>, Precision, Accumulation, Checkpoint> step(model, run.tracker, run.ctx.device,
                                                                                   w0, tc, {}, acc, ck);
     const int micro = acc.steps(), B = 4 / micro, T = 16;
@@ -123,12 +132,14 @@ constexpr double tolerance() {
 }
 
 template <class Precision, class Accumulation, class Checkpoint>
-void matches_host(Accumulation acc = {}, Checkpoint ck = {}) {
+void matches_host(Accumulation acc = {}, Checkpoint ck = {}, Storage storage = {}) {
     constexpr int updates = 3;
-    const Trace host = train<Host, Precision>(acc, ck, updates);
-    const Trace cuda = train<Cuda, Precision>(acc, ck, updates);
+    const Trace host = train<Host, Precision>(acc, ck, updates, storage);
+    const Trace cuda = train<Cuda, Precision>(acc, ck, updates, storage);
     const double tol = tolerance<Precision>();
-    INFO(Precision::name << " / accumulation " << acc.steps() << " / checkpoint " << Checkpoint::name);
+    INFO(Precision::name << " / accumulation " << acc.steps() << " / checkpoint " << Checkpoint::name
+                         << " / moments " << snug::moment_storage_name(storage.moments) << ", master "
+                         << snug::master_storage_name(storage.master));
     CHECK(cuda.skipped == host.skipped);
     for (int s = 0; s < updates; ++s) {
         INFO("update " << s << ": loss " << cuda.losses[s] << " on CUDA, " << host.losses[s] << " on the host");
@@ -205,4 +216,16 @@ TEST_CASE("checkpointed and plain CUDA runs give the same gradients") {
         INFO(snug::recompute_name(mode) << ": max abs difference " << max_abs << " of " << max_ref);
         CHECK(max_abs <= 1e-6 * max_ref);
     }
+}
+
+TEST_CASE("lean optimizer state on CUDA matches the host") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    namespace ck = snug::checkpoint;
+    const snug::accumulate::Steps two(2);
+    matches_host<snug::precision::Bf16>(two, ck::None{}, Storage{MomentStorage::bf16, MasterStorage::none});
+    matches_host<snug::precision::Bf16>(two, ck::Selective{}, Storage{MomentStorage::fp32, MasterStorage::none});
+    matches_host<snug::precision::Fp16<snug::DynamicLossScaler>>(two, ck::None{},
+                                                                 Storage{MomentStorage::bf16, MasterStorage::fp32});
+    matches_host<snug::precision::Fp32>(two, ck::Full{}, Storage{MomentStorage::bf16, MasterStorage::fp32});
 }

@@ -1,12 +1,13 @@
 #!/bin/sh
 # train_gpt's files, end to end on the host (ctest runs this):
-#   1. resume is bit-identical: for fp32, bf16 and fp16 (with accumulation and
+#   1. resume is bit-identical: for fp32, bf16, fp16 and bf16 with lean
+#      optimizer state (bf16 moments, no master; with accumulation and
 #      selective recomputation), 8 updates straight and 3 + stop + resume 5
 #      (with full recomputation: the policy may change on resume) give the
 #      same final weights (llm.c model files compared with cmp) and the same
 #      training losses for updates 4-8;
-#   2. a resume with a different micro-batch is refused, naming the option,
-#      and one with the other attention kind is accepted;
+#   2. a resume with a different micro-batch or optimizer state is refused,
+#      naming the option, and one with the other attention kind is accepted;
 #   3. Ctrl-C (SIGINT) saves the state and exits 130, and the state resumes;
 #   4. a trained model saved as an llm.c file (and exported as Hugging Face
 #      safetensors) and read back with --init-from --eval-only gives the
@@ -22,8 +23,12 @@ tiny="$shape --batch 4"
 losses() { sed -n 's/.*"train_loss":\([^,]*\),.*/\1/p' "$1" | tail -n 5; }
 
 # 1 and 2: resume.
-for p in fp32 bf16 fp16; do
-    run="$tiny --steps 8 --eval-every 4 --precision $p --accum 2"
+for p in fp32 bf16 fp16 bf16-lean; do
+    case $p in
+        bf16-lean) precision="bf16 --optimizer-state bf16 --master none" ;;
+        *) precision=$p ;;
+    esac
+    run="$tiny --steps 8 --eval-every 4 --precision $precision --accum 2"
     "$exe" $run --checkpoint selective --out "$dir/straight-$p" --save-model "$dir/straight-$p.bin" >"$dir/straight-$p.log" 2>&1 ||
         fail "$p: the straight run failed: $(tail -3 "$dir/straight-$p.log")"
     "$exe" $run --checkpoint selective --out "$dir/resumed-$p" --stop-after 3 >"$dir/first-$p.log" 2>&1 ||
@@ -45,6 +50,13 @@ rc=$?
 [ $rc = 2 ] || fail "a resume with another --batch exited $rc, not 2"
 grep -q "batch was 4 in the saved run but is 2 now" "$dir/mismatch.log" || fail "the mismatch message does not name --batch: $(cat "$dir/mismatch.log")"
 echo "ok: a resume with another micro-batch is refused with exit 2"
+"$exe" $tiny --steps 8 --precision bf16 --accum 2 --checkpoint selective \
+    --resume "$dir/resumed-bf16-lean/state.snug" >"$dir/mismatch-lean.log" 2>&1
+rc=$?
+[ $rc != 0 ] || fail "a resume of a lean state with fp32 moments succeeded"
+grep -q "moment storage does not match: the file has bf16, this training step has fp32" "$dir/mismatch-lean.log" ||
+    fail "the mismatch message does not name the moment storage: $(cat "$dir/mismatch-lean.log")"
+echo "ok: a resume with another optimizer state is refused (exit $rc)"
 
 # The attention kind may change on resume (the same weights, the same result within rounding).
 "$exe" $tiny --steps 9 --eval-every 9 --precision fp32 --accum 2 --checkpoint selective --attention materialized \

@@ -71,6 +71,71 @@ TEST_CASE("16-bit working weights: the fp32 master keeps what rounding would los
         CHECK(params[static_cast<std::size_t>(i)].bits == snug::bfloat16(opt.master()[i]).bits);
 }
 
+TEST_CASE("lean optimizer state holds the bytes it says, per category, to the byte") {
+    const std::int64_t n = 1000;
+    const std::vector<float> w(static_cast<std::size_t>(n), 0.25f);
+    auto bytes = [&]<class Act>(Act, snug::MomentStorage moments, snug::MasterStorage master) {
+        snug::MemoryTracker tracker;
+        snug::AdamWConfig cfg;
+        cfg.moments = moments;
+        cfg.master = master;
+        snug::AdamW<Act, snug::Host> opt(snug::Host{}, tracker, n, {{0, n, true}}, cfg, w);
+        return std::pair{tracker.current(MemoryCategory::optimizer_state), tracker.current(MemoryCategory::master_weights)};
+    };
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    const auto N = static_cast<std::size_t>(n);
+    // PyTorch's layout: two fp32 moments, an fp32 master for 16-bit weights.
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::fp32, MasterStorage::fp32) == std::pair{8 * N, 4 * N});
+    CHECK(bytes(float{}, MomentStorage::fp32, MasterStorage::fp32) == std::pair{8 * N, std::size_t{0}});
+    // bf16 moments halve the state; no master drops the copy.
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::bf16, MasterStorage::fp32) == std::pair{4 * N, 4 * N});
+    CHECK(bytes(snug::half{}, MomentStorage::bf16, MasterStorage::fp32) == std::pair{4 * N, 4 * N});
+    CHECK(bytes(float{}, MomentStorage::bf16, MasterStorage::fp32) == std::pair{4 * N, std::size_t{0}});
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::bf16, MasterStorage::none) == std::pair{4 * N, std::size_t{0}});
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::fp32, MasterStorage::none) == std::pair{8 * N, std::size_t{0}});
+}
+
+TEST_CASE("master none is refused where there is no master to drop or no rounding for it") {
+    snug::MemoryTracker tracker;
+    snug::AdamWConfig cfg;
+    cfg.master = snug::MasterStorage::none;
+    const std::vector<float> w(4, 1.0f);
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH((snug::AdamW<float, snug::Host>(snug::Host{}, tracker, 4, {{0, 4, true}}, cfg, w)),
+                      Contains("master none") && Contains("fp32 weights are their own master"));
+    CHECK_THROWS_WITH((snug::AdamW<snug::half, snug::Host>(snug::Host{}, tracker, 4, {{0, 4, true}}, cfg, w)),
+                      Contains("master none needs bf16 weights"));
+    CHECK(tracker.current_total() == 0);  // nothing left allocated
+    CHECK_THROWS_WITH(snug::parse_moment_storage("int4"), Contains("'int4'") && Contains("fp32 or bf16"));
+    CHECK_THROWS_WITH(snug::parse_master_storage("fp16"), Contains("'fp16'") && Contains("fp32 or none"));
+}
+
+TEST_CASE("bf16 weights without a master move by updates that round-to-nearest would lose") {
+    // The fp32-master test above, without the master: lr 1e-4 per step is far
+    // below bf16's spacing near 1 (2^-8 below, 2^-7 above), so round-to-nearest
+    // would never move a weight; stochastic rounding moves about 1e-4 / 2^-8
+    // of them per step, and the weights' mean follows the updates.
+    const std::int64_t n = 20000;
+    const std::vector<float> w(static_cast<std::size_t>(n), 1.0f);
+    snug::MemoryTracker tracker;
+    snug::AdamWConfig cfg;
+    cfg.weight_decay = 0.0f;
+    cfg.moments = snug::MomentStorage::bf16;
+    cfg.master = snug::MasterStorage::none;
+    snug::AdamW<snug::bfloat16, snug::Host> opt(snug::Host{}, tracker, n, {{0, n, false}}, cfg, w);
+    CHECK(opt.master() == nullptr);
+    CHECK(opt.first_moment() == nullptr);  // kept in bf16: visit_moments
+    std::vector<snug::bfloat16> params(static_cast<std::size_t>(n), snug::bfloat16(1.0f));
+    const std::vector<float> grads(static_cast<std::size_t>(n), 1.0f);
+    for (int s = 0; s < 10; ++s) opt.step(snug::Host{}, params.data(), grads.data(), 1e-4f);
+    double mean = 0.0;
+    for (const auto p : params) mean += static_cast<float>(p);
+    mean /= double(n);
+    // 10 updates of about 1e-4 each; the mean's noise is about 2^-8 sqrt(0.0256 10 / n) = 1.4e-5.
+    CHECK(mean == Approx(1.0 - 1e-3).margin(1e-4));
+}
+
 TEST_CASE("clip_factor follows torch.nn.utils.clip_grad_norm_") {
     CHECK(snug::clip_factor(0.5f, 1.0f) == 1.0f);
     CHECK(snug::clip_factor(4.0f, 1.0f) == Approx(1.0 / (4.0 + 1e-6)));

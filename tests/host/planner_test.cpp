@@ -58,7 +58,8 @@ struct Measured {
 // sampling window and a forward over it without targets.
 template <class Precision, class Checkpoint>
 Measured run_like_trainer(const GPTConfig& c, int B, int T, int n, Checkpoint checkpoint,
-                          std::optional<std::size_t> budget = std::nullopt, int window = 0) {
+                          std::optional<std::size_t> budget = std::nullopt, int window = 0,
+                          snug::TrainConfig train_config = {}) {
     using Act = typename Precision::compute_type;
     using Model = snug::GPT<Act, snug::Host>;
     snug::test::HostRun run;
@@ -75,7 +76,7 @@ Measured run_like_trainer(const GPTConfig& c, int B, int T, int n, Checkpoint ch
         targets.data()[i] = static_cast<std::int32_t>(g.below(static_cast<std::uint64_t>(c.vocab_size)));
     }
     snug::TrainStep<Model, Precision, snug::accumulate::Steps, Checkpoint> step(
-        model, run.tracker, run.ctx.device, weights, {}, {}, snug::accumulate::Steps(n), checkpoint);
+        model, run.tracker, run.ctx.device, weights, train_config, {}, snug::accumulate::Steps(n), checkpoint);
     std::vector<snug::MicroBatch> batches;
     const std::int64_t BT = std::int64_t{B} * T;
     for (int m = 0; m < n; ++m) batches.push_back({tokens.data() + m * BT, targets.data() + m * BT});
@@ -244,6 +245,42 @@ TEST_CASE("categories that a hand count gives") {
     CHECK_THROWS_AS(snug::parse_precision_kind("fp8"), snug::ConfigError);
     CHECK(snug::parse_precision_kind("bf16") == PrecisionKind::bf16);
     CHECK(snug::format_memory_plan(plan).find("optimizer state") != std::string::npos);
+}
+
+TEST_CASE("lean optimizer state: the prediction is the tracker's peak, and the state shrinks as the policy says") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    const GPTConfig c = shape(64, 16, 2, 2, 16);  // P = 7872, as counted above
+    const std::size_t P = 7872;
+    struct Case {
+        MomentStorage moments;
+        MasterStorage master;
+        std::size_t state, master_bytes;
+    };
+    const Case cases[] = {
+        {MomentStorage::bf16, MasterStorage::fp32, 4 * P, 4 * P},
+        {MomentStorage::fp32, MasterStorage::none, 8 * P, 0},
+        {MomentStorage::bf16, MasterStorage::none, 4 * P, 0},
+    };
+    for (const Case& k : cases) {
+        INFO("moments " << snug::moment_storage_name(k.moments) << ", master " << snug::master_storage_name(k.master));
+        MemoryPlanInput in = plan_input(c, PrecisionKind::bf16, 2, 8, 2, {}, 0, 16);
+        in.moments = k.moments;
+        in.master = k.master;
+        const snug::MemoryPlan predicted = snug::predict_memory(in);
+        CHECK(predicted[MemoryCategory::optimizer_state] == k.state);
+        CHECK(predicted[MemoryCategory::master_weights] == k.master_bytes);
+        snug::TrainConfig tc;
+        tc.adamw.moments = k.moments;
+        tc.adamw.master = k.master;
+        const Measured measured = run_like_trainer<snug::precision::Bf16>(c, 2, 8, 2, Fixed{in.modes()}, std::nullopt,
+                                                                         16, tc);
+        compare(in, predicted, measured);
+    }
+    // A master-less plan for weights that cannot do without one is refused, naming why.
+    MemoryPlanInput fp16 = plan_input(c, PrecisionKind::fp16, 1, 8, 1, {}, 0, 0);
+    fp16.master = MasterStorage::none;
+    CHECK_THROWS_WITH(snug::predict_memory(fp16), Catch::Matchers::Contains("master none needs bf16 weights"));
 }
 
 TEST_CASE("what the device reserves: arena chunks whole, each allocation at the device's granularity, the context") {

@@ -193,8 +193,10 @@ struct Session {
         Snapshot s;
         s.params = bytes_of(model.parameters(), n);
         if (step.optimizer().master() != nullptr) s.master = bytes_of(step.optimizer().master(), n);
-        s.m = bytes_of(step.optimizer().first_moment(), n);
-        s.v = bytes_of(step.optimizer().second_moment(), n);
+        step.optimizer().visit_moments([&](const auto* m, const auto* v) {
+            s.m = bytes_of(m, n);
+            s.v = bytes_of(v, n);
+        });
         s.optimizer_steps = step.optimizer().steps();
         s.skipped = step.skipped_steps();
         if constexpr (Precision::has_loss_scaler) s.scaler = step.scaler.state();
@@ -214,7 +216,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // 6 updates straight against 3, save, destroy, rebuild, load, 3 more.
 template <class Precision>
-void resumes_bit_identically(const Precision& precision, const char* what) {
+void resumes_bit_identically(const Precision& precision, const char* what, snug::TrainConfig tc = train_config()) {
     INFO(what);
     const GPTConfig c = tiny();
     snug::test::TempDir dir;
@@ -223,7 +225,7 @@ void resumes_bit_identically(const Precision& precision, const char* what) {
     std::vector<snug::StepResult> straight;
     Snapshot straight_end, straight_at_3;
     {
-        auto s = std::make_unique<Session<Precision>>(c, 11, precision);
+        auto s = std::make_unique<Session<Precision>>(c, 11, precision, tc);
         for (int i = 0; i < 6; ++i) {
             straight.push_back(s->update());
             if (i == 2) straight_at_3 = s->snapshot();
@@ -232,7 +234,7 @@ void resumes_bit_identically(const Precision& precision, const char* what) {
     }
     TrainingProgress saved;
     {
-        auto a = std::make_unique<Session<Precision>>(c, 11, precision);
+        auto a = std::make_unique<Session<Precision>>(c, 11, precision, tc);
         for (int i = 0; i < 3; ++i) a->update();
         saved = a->progress();
         a->save(path);
@@ -241,7 +243,7 @@ void resumes_bit_identically(const Precision& precision, const char* what) {
     Snapshot resumed_end, loaded;
     {
         // Different initial weights and seed: everything must come from the file.
-        auto b = std::make_unique<Session<Precision>>(c, 999, precision);
+        auto b = std::make_unique<Session<Precision>>(c, 999, precision, tc);
         const TrainingProgress p = b->load(path);
         CHECK(p.step == 3);
         CHECK(p.tokens == 3 * micro * B * T);
@@ -351,6 +353,76 @@ TEST_CASE("resuming from a saved state continues bit for bit: fp16, static scale
     snug::precision::Fp16<snug::StaticLossScaler> p;
     p.scaler = snug::StaticLossScaler(512.0f);
     resumes_bit_identically(p, "fp16 static");
+}
+
+snug::TrainConfig lean(snug::MomentStorage moments, snug::MasterStorage master) {
+    snug::TrainConfig tc = train_config();
+    tc.adamw.moments = moments;
+    tc.adamw.master = master;
+    return tc;
+}
+
+TEST_CASE("resuming continues bit for bit with lean optimizer state") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    SECTION("bf16 weights, bf16 moments, no master") {
+        resumes_bit_identically(snug::precision::Bf16{}, "bf16 lean", lean(MomentStorage::bf16, MasterStorage::none));
+    }
+    SECTION("bf16 weights, fp32 moments, no master") {
+        resumes_bit_identically(snug::precision::Bf16{}, "bf16 no master", lean(MomentStorage::fp32, MasterStorage::none));
+    }
+    SECTION("fp32 weights, bf16 moments") {
+        resumes_bit_identically(snug::precision::Fp32{}, "fp32 bf16 moments", lean(MomentStorage::bf16, MasterStorage::fp32));
+    }
+    SECTION("fp16 with bf16 moments: an overflow skips the first update and changes nothing") {
+        const auto p = fp16_dynamic(0x1p40f, 3, 0x1p-20f);
+        const snug::TrainConfig tc = lean(MomentStorage::bf16, MasterStorage::fp32);
+        resumes_bit_identically(p, "fp16 bf16 moments overflowed", tc);
+        Session<snug::precision::Fp16<snug::DynamicLossScaler>> s(tiny(), 11, p, tc);
+        const Snapshot before = s.snapshot();
+        CHECK(s.update().skipped);
+        Snapshot after = s.snapshot();
+        after.position = before.position;  // the data moved on; nothing else did
+        after.scaler = before.scaler;      // the scaler backed off (checked in the fp16 test above)
+        CHECK(after.skipped == 1);
+        after.skipped = before.skipped;
+        check_same(after, before);
+        CHECK_FALSE(s.update().skipped);
+        CHECK(s.step.optimizer().steps() == 1);
+    }
+}
+
+TEST_CASE("a state saved with one optimizer storage is refused by a step with another, naming both") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    snug::test::TempDir dir;
+    const auto path = dir.path / "lean.snugstate";
+    {
+        Session<snug::precision::Bf16> a(tiny(), 11, snug::precision::Bf16{}, lean(MomentStorage::bf16, MasterStorage::none));
+        a.update();
+        a.save(path);
+    }
+    using Catch::Matchers::Contains;
+    {
+        Session<snug::precision::Bf16> b(tiny(), 5, snug::precision::Bf16{});
+        const Snapshot before = b.snapshot();
+        CHECK_THROWS_WITH(b.load(path), Contains("moment storage") && Contains("bf16") && Contains("fp32"));
+        check_same(b.snapshot(), before);
+    }
+    {
+        Session<snug::precision::Bf16> b(tiny(), 5, snug::precision::Bf16{}, lean(MomentStorage::bf16, MasterStorage::fp32));
+        const Snapshot before = b.snapshot();
+        CHECK_THROWS_WITH(b.load(path), Contains("master weights") && Contains("none") && Contains("fp32"));
+        check_same(b.snapshot(), before);
+    }
+    // The header says what the sections are.
+    const snug::TrainingStateInfo info = snug::read_training_state_info(path);
+    CHECK(info.adamw.moments == MomentStorage::bf16);
+    CHECK(info.adamw.master == MasterStorage::none);
+    REQUIRE(info.sections.size() == 3);
+    CHECK(info.sections[1].name == "first_moment");
+    CHECK(info.sections[1].dtype == snug::DType::bf16);
+    CHECK(info.sections[2].dtype == snug::DType::bf16);
 }
 
 TEST_CASE("the file's bytes are what the format comment says") {

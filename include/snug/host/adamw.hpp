@@ -1,5 +1,6 @@
 // The host AdamW step: one fused pass over a span of parameters that updates
-// the fp32 master weights and both moments, and refreshes the compute copy.
+// the master weights and both moments (fp32, or bf16 rounded stochastically),
+// and refreshes the compute copy.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -14,6 +16,8 @@
 
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
+#include "snug/core/rng.hpp"
+#include "snug/core/stochastic_rounding.hpp"
 #include "snug/host/math.hpp"
 #include "snug/ops/adamw.hpp"
 
@@ -52,23 +56,40 @@ inline void adamw_sqrt(float* x, std::int64_t n) {
 // order, as PyTorch's single-tensor AdamW:
 //   grad *= grad_scale; p *= 1 - lr wd; m.lerp_(grad, 1 - beta1);
 //   v = v beta2 + (1 - beta2) grad^2; p -= step_size m / (sqrt(v) / bc2_sqrt + eps).
-// Then working[i] = p[i] rounded to T, when working is not null.
-template <class T>
-void adamw_tile(const AdamWScalars& k, float* p, T* working, const float* grad, float* m, float* v,
-                std::int64_t n) {  // all (n), n <= adamw_tile_size
-    float root[adamw_tile_size];
+// All of it in fp32 (16-bit state widened exactly); then the new m, v and p
+// are stored as M, M and P: unchanged for float, stochastically rounded to
+// bfloat16 with the words of Philox block (seed, step, rounding.first_index + i)
+// (ops::AdamWRounding). Then working[i] = p[i] rounded to T (nearest even),
+// when working is not null.
+template <class T, class P, class M>
+void adamw_tile(const AdamWScalars& k, P* p, T* working, const float* grad, M* m, M* v, std::int64_t n, int step,
+                ops::AdamWRounding rounding) {  // all (n), n <= adamw_tile_size
+    float m_new[adamw_tile_size], v_new[adamw_tile_size], root[adamw_tile_size];
     for (std::int64_t i = 0; i < n; ++i) {
         const float g = grad[i] * k.grad_scale;
-        m[i] = m[i] + k.one_minus_beta1 * (g - m[i]);
-        v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
-        root[i] = v[i];
+        const float m_old = static_cast<float>(m[i]);
+        m_new[i] = m_old + k.one_minus_beta1 * (g - m_old);
+        v_new[i] = static_cast<float>(v[i]) * k.beta2 + k.one_minus_beta2 * g * g;
+        root[i] = v_new[i];
     }
     adamw_sqrt(root, n);
+    constexpr bool rounds = !std::is_same_v<P, float> || !std::is_same_v<M, float>;
     for (std::int64_t i = 0; i < n; ++i) {
-        p[i] = p[i] * k.decay - k.step_size * (m[i] / (root[i] / k.bc2_sqrt + k.eps));
+        const float p_new = static_cast<float>(p[i]) * k.decay - k.step_size * (m_new[i] / (root[i] / k.bc2_sqrt + k.eps));
+        if constexpr (rounds) {
+            const Philox4 r = random_block(rounding.seed, static_cast<std::uint64_t>(step),
+                                           static_cast<std::uint64_t>(rounding.first_index + i));
+            m[i] = store_rounded<M>(m_new[i], r.v[0]);
+            v[i] = store_rounded<M>(v_new[i], r.v[1]);
+            p[i] = store_rounded<P>(p_new, r.v[2]);
+        } else {
+            m[i] = m_new[i];
+            v[i] = v_new[i];
+            p[i] = p_new;
+        }
     }
     if (working != nullptr) {
-        for (std::int64_t i = 0; i < n; ++i) working[i] = from_acc<T>(p[i]);
+        for (std::int64_t i = 0; i < n; ++i) working[i] = from_acc<T>(static_cast<float>(p[i]));
     }
 }
 
@@ -80,16 +101,21 @@ void adamw_tile(const AdamWScalars& k, float* p, T* working, const float* grad, 
 // The gradient is multiplied by grad_scale first (unscale x clip factor).
 // When `working` is not null, working[i] = master[i] rounded to T (nearest
 // even) after the update; pass nullptr when the master is the parameter.
+// The state may be kept lean: P = bfloat16 updates 16-bit weights with no
+// master copy (then working is nullptr), M = bfloat16 keeps bf16 moments;
+// both round stochastically from `rounding`'s stream (ops::AdamWRounding),
+// after an update computed in fp32 as for fp32 state.
 // Elementwise, so the result does not depend on the thread count.
 // Throws ShapeError for n < 0 and ConfigError for step < 1.
-template <HostFloat T>
-void adamw_update(const Device&, float* master,  // (n) fp32 master weights
-                  T* working,                    // (n) compute copy, or nullptr
-                  const float* grad,             // (n)
-                  float* m,                      // (n) first moment
-                  float* v,                      // (n) second moment
+template <HostFloat T, class P, class M>
+    requires OptimizerStateType<P> && OptimizerStateType<M>
+void adamw_update(const Device&, P* master,  // (n) master weights (fp32), or the bf16 weights themselves
+                  T* working,                // (n) compute copy, or nullptr
+                  const float* grad,         // (n)
+                  M* m,                      // (n) first moment
+                  M* v,                      // (n) second moment
                   std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                  float grad_scale) {
+                  float grad_scale, ops::AdamWRounding rounding = {}) {
     ops::check_adamw(n, step);
     const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
     const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
@@ -107,22 +133,25 @@ void adamw_update(const Device&, float* master,  // (n) fp32 master weights
     parallel_ranges(n, detail::adamw_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; i += detail::adamw_tile_size) {
             detail::adamw_tile(k, master + i, working == nullptr ? nullptr : working + i, grad + i, m + i, v + i,
-                               std::min(detail::adamw_tile_size, end - i));
+                               std::min(detail::adamw_tile_size, end - i), step,
+                               ops::AdamWRounding{rounding.seed, rounding.first_index + i});
         }
     });
 }
 
-// The fp32 case without a separate compute copy: adamw_update(dev, master,
-// nullptr, ...).
-inline void adamw_update(const Device& dev, float* master,  // (n)
-                         std::nullptr_t,
-                         const float* grad,  // (n)
-                         float* m,           // (n)
-                         float* v,           // (n)
-                         std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                         int step, float grad_scale) {
-    adamw_update<float>(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps,
-                        weight_decay, step, grad_scale);
+// Without a separate compute copy (fp32 weights, or bf16 weights with no
+// master): adamw_update(dev, weights, nullptr, ...).
+template <class P, class M>
+    requires OptimizerStateType<P> && OptimizerStateType<M>
+void adamw_update(const Device& dev, P* weights,  // (n)
+                  std::nullptr_t,
+                  const float* grad,  // (n)
+                  M* m,               // (n)
+                  M* v,               // (n)
+                  std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale, ops::AdamWRounding rounding = {}) {
+    adamw_update<float>(dev, weights, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps,
+                        weight_decay, step, grad_scale, rounding);
 }
 
 }  // namespace snug::host

@@ -139,19 +139,21 @@ void linear_backward(const Device&, T* dinp /*(N, C) or nullptr*/, float* dweigh
     ops::check_linear_backward("linear_backward", dinp, dweight, dout, inp, weight, N, C, OC);
 }
 
-template <class T>
-void adamw_update(const Device&, float* /*master (n)*/, T* /*working (n) or nullptr*/, const float* /*grad (n)*/,
-                  float* /*m (n)*/, float* /*v (n)*/, std::int64_t n, float /*lr*/, float /*beta1*/, float /*beta2*/,
-                  float /*eps*/, float /*weight_decay*/, int step, float /*grad_scale*/) {
+template <class T, class P, class M>
+void adamw_update(const Device&, P* /*master or bf16 weights (n)*/, T* /*working (n) or nullptr*/,
+                  const float* /*grad (n)*/, M* /*m (n)*/, M* /*v (n)*/, std::int64_t n, float /*lr*/, float /*beta1*/,
+                  float /*beta2*/, float /*eps*/, float /*weight_decay*/, int step, float /*grad_scale*/,
+                  ops::AdamWRounding = {}) {
     ops::check_adamw(n, step);
 }
 
-// fp32 working weights: the master is the parameter (working = nullptr).
-inline void adamw_update(const Device& dev, float* master, std::nullptr_t, const float* grad, float* m, float* v,
-                         std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
-                         float grad_scale) {
+// Without a working copy (fp32 weights, or bf16 weights with no master).
+template <class P, class M>
+void adamw_update(const Device& dev, P* master, std::nullptr_t, const float* grad, M* m, M* v, std::int64_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                  ops::AdamWRounding rounding = {}) {
     adamw_update(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step,
-                 grad_scale);
+                 grad_scale, rounding);
 }
 
 // The element-wise ops: n elements, nothing else to check.

@@ -280,6 +280,7 @@ public:
         line(fmt::format("precision {}, checkpoint {}, micro-batch {} x {}, {} per update: {} tokens/update, {} updates",
                          o.run.precision_name(), o.run.checkpoint_name(), o.run.micro_batch, o.run.seq,
                          o.run.accumulation, o.run.tokens_per_update(), o.steps));
+        line(o.run.optimizer_name());
         line(fmt::format("lr {:.3g} (warmup {}, cosine to {:.3g} x), weight decay {:.3g}, clip {:.3g}; memory budget {}",
                          o.lr, o.warmup, o.min_lr_frac, o.weight_decay, o.clip,
                          o.budget_bytes ? format_bytes(*o.budget_bytes) : std::string("none")));
@@ -288,14 +289,17 @@ public:
     void plan(const PlanAnswer& p) override {
         line(fmt::format("device: {}; budget {}", p.device.description, format_bytes(p.budget)));
         line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}, {} "
-                         "attention",
+                         "attention, {}",
                          p.model.n_layer, p.model.n_head, p.model.channels, p.model.max_seq_len, p.model.vocab_size,
                          static_cast<double>(p.model.num_parameters()) / 1e6, p.run.precision_name(),
-                         attention_kind_name(p.model.attention)));
+                         attention_kind_name(p.model.attention), p.run.optimizer_name()));
         line(fmt::format("\nas asked (micro-batch {} x {}, checkpoint {}):\n{}{}", p.run.micro_batch, p.run.accumulation,
                          p.run.checkpoint_name(), format_outlook(p.asked), format_memory_plan(p.asked.plan)));
         line(fmt::format("\nfastest configuration for {} sequences of {} tokens per update:\n{}", p.fastest.wanted_batch,
                          p.run.seq, format_budget_plan(p.fastest)));
+        if (p.lean && p.lean_run)
+            line(fmt::format("\nwith lean optimizer state ({}: {}):\n{}", p.lean_run->optimizer_name(),
+                             p.lean_run->optimizer_flags(), format_budget_plan(*p.lean)));
         line(fmt::format("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n{}",
                          format_model_fit(p.largest)));
     }

@@ -262,6 +262,18 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         run(rungs.back());
     }
 
+    // 6: lean optimizer state on the kept configuration: bf16 moments, and no
+    // fp32 master copy where the weights are bf16 (optim/state_storage.hpp).
+    {
+        LadderRung r = make("6 lean optimizer state", kept.options.run.precision, kept.options.run.micro_batch,
+                            kept.options.run.accumulation, T, kept.options.run.checkpoint);
+        r.options.run = r.options.run.with_lean_optimizer();
+        r.predicted = predict_rung(r.options, config, target);
+        r.note = "continues from " + kept.name;
+        rungs.push_back(std::move(r));
+        run(rungs.back());
+    }
+
     // Loss per unit of compute, at the smallest total any rung reached.
     double common = 0.0;
     for (const LadderRung& r : rungs)
@@ -303,6 +315,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
                 {"accumulation", r.options.run.accumulation},
                 {"seq", r.options.run.seq},
                 {"checkpoint", r.options.run.checkpoint_name()},
+                {"optimizer_state", std::string(moment_storage_name(r.options.run.moments))},
+                {"master", std::string(master_storage_name(r.options.run.master))},
                 {"ran", r.ran},
                 {"needed", r.needed},
                 {"fits", r.fits},

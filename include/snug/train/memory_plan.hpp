@@ -20,6 +20,7 @@
 #include "snug/core/half.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/optim/state_storage.hpp"
 #include "snug/precision/policies.hpp"
 
 namespace snug {
@@ -103,6 +104,8 @@ struct RunShape {
     int micro_batch = 1;                // B: sequences per forward
     int seq = 1;                        // T: tokens per sequence, at most the model's context
     int accumulation = 1;               // n: micro-batches per update
+    MomentStorage moments = MomentStorage::fp32;  // AdamW's moments (the optimizer-memory policy)
+    MasterStorage master = MasterStorage::fp32;   // AdamW's master weights (none: bf16 weights only)
     std::vector<Recompute> recompute;   // one mode per block; empty: every block keeps everything
     std::size_t backend_workspace = 0;  // the cuBLASLt workspace on CUDA (cuda::Blas::workspace_bytes()); 0 on the host
     int sampling_window = 0;            // int32 ids of the trainer's sampling window (train_gpt: max_seq_len); 0: none

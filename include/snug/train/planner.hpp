@@ -90,8 +90,11 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     const std::size_t ids = static_cast<std::size_t>(in.accumulation) * BT;
     Buffer<std::int32_t, Meter> tokens(tracker, MemoryCategory::workspace, ids, "token ids");
     Buffer<std::int32_t, Meter> targets(tracker, MemoryCategory::workspace, ids, "target ids");
+    TrainConfig train_config;
+    train_config.adamw.moments = in.moments;
+    train_config.adamw.master = in.master;
     TrainStep<MeterModel, Precision, accumulate::Steps, checkpoint::Given> step(
-        model, tracker, dev, TrainConfig{}, Precision{}, accumulate::Steps(in.accumulation),
+        model, tracker, dev, train_config, Precision{}, accumulate::Steps(in.accumulation),
         checkpoint::Given{in.modes(model.num_blocks())});
     std::vector<MicroBatch> batches;
     for (std::size_t m = 0; m < static_cast<std::size_t>(in.accumulation); ++m)
@@ -196,6 +199,25 @@ int largest_micro_batch(const Config& config, RunShape shape, std::size_t budget
         shape.micro_batch = B;
         return predict_training_memory<Model, Precision>(config, shape).required <= budget;
     });
+}
+
+// The planner of a GPT run `in` as a function of the run's shape (what the
+// generic searches call): in's model and precision, shape's B, T, n, modes.
+inline auto gpt_predictor(const MemoryPlanInput& in) {
+    return [in](const RunShape& shape) {
+        MemoryPlanInput probe = in;
+        static_cast<RunShape&>(probe) = shape;
+        return predict_memory(probe);
+    };
+}
+
+// The number of blocks of a MeterableModel built from `config`, counted on
+// its Meter twin (nothing of its size allocated).
+template <MeterableModel Model, class Config>
+int metered_blocks(const Config& config) {
+    MemoryTracker tracker;
+    const typename Model::template on_device<Meter> shape_only(config, tracker);
+    return shape_only.num_blocks();
 }
 
 // ---- checkpoint policies -------------------------------------------------------------
@@ -303,9 +325,7 @@ inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c
 template <MeterableModel Model, class Config>
 std::vector<CheckpointCandidate> checkpoint_candidates(const Config& config, int B, int T) {
     using MeterModel = typename Model::template on_device<Meter>;
-    MemoryTracker tracker;
-    const MeterModel shape_only(config, tracker);
-    CheckpointQuery query{shape_only.num_blocks(), [&](std::span<const Recompute> modes) {
+    CheckpointQuery query{metered_blocks<Model>(config), [&](std::span<const Recompute> modes) {
                               return metered_activation_peak<MeterModel>(config, B, T, modes);
                           }};
     query.selective_available = recomputes_selectively<Model>();
@@ -356,22 +376,14 @@ std::vector<Recompute> auto_recompute(const RunShape& base, int blocks, bool sel
 // For a GPT: the input's model and precision (GPT's blocks recompute selectively).
 inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::size_t budget) {
     in.validate();
-    return auto_recompute(static_cast<const RunShape&>(in), in.model.n_layer, true, budget,
-                          [&](const RunShape& shape) {
-                              MemoryPlanInput probe = in;
-                              static_cast<RunShape&>(probe) = shape;
-                              return predict_memory(probe);
-                          });
+    return auto_recompute(static_cast<const RunShape&>(in), in.model.n_layer, true, budget, gpt_predictor(in));
 }
 
 // The same for any MeterableModel built from `config` under Precision (its
 // blocks counted on its Meter twin).
 template <MeterableModel Model, PrecisionPolicy Precision, class Config>
 std::vector<Recompute> auto_recompute(const Config& config, const RunShape& base, std::size_t budget) {
-    using MeterModel = typename Model::template on_device<Meter>;
-    MemoryTracker tracker;
-    const MeterModel shape_only(config, tracker);
-    return auto_recompute(base, shape_only.num_blocks(), recomputes_selectively<Model>(), budget,
+    return auto_recompute(base, metered_blocks<Model>(config), recomputes_selectively<Model>(), budget,
                           [&](const RunShape& shape) { return predict_training_memory<Model, Precision>(config, shape); });
 }
 
@@ -438,11 +450,7 @@ BudgetPlan plan_for_budget(const RunShape& base, const std::vector<CheckpointCan
 inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch, std::size_t budget) {
     return plan_for_budget(static_cast<const RunShape&>(base),
                            checkpoint_candidates(base.model, base.precision, 1, base.seq), wanted_batch, budget,
-                           [&](const RunShape& shape) {
-                               MemoryPlanInput in = base;
-                               static_cast<RunShape&>(in) = shape;
-                               return predict_memory(in);
-                           });
+                           gpt_predictor(base));
 }
 
 // The same for any MeterableModel built from `config` under Precision: the

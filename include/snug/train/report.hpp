@@ -71,6 +71,10 @@ struct PlanAnswer {
     RunSpec run;
     MemoryOutlook asked;
     BudgetPlan fastest;
+    // When nothing fits and the run's optimizer state is not the leanest:
+    // the same search with lean state (the order of operations' next step).
+    std::optional<RunSpec> lean_run;
+    std::optional<BudgetPlan> lean;
     ModelFit largest;
 };
 

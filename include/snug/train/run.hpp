@@ -80,6 +80,8 @@ inline nlohmann::json run_identity(const TrainOptions& o, const GPTConfig& c) {
     return {{"layers", c.n_layer},         {"heads", c.n_head},       {"channels", c.channels},
             {"vocab", c.vocab_size},       {"context", c.max_seq_len}, {"precision", o.run.precision_name()},
             {"batch", o.run.micro_batch},  {"seq", o.run.seq},         {"accum", o.run.accumulation},
+            {"optimizer_state", std::string(moment_storage_name(o.run.moments))},
+            {"master", std::string(master_storage_name(o.run.master))},
             {"data", o.data},              {"val", o.val},             {"alphabet", o.alphabet}};
 }
 
@@ -102,16 +104,23 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
 
 // ---- one run -----------------------------------------------------------------------
 
-// The fp32 weights of a model being trained: the optimizer's master copy for
-// 16-bit types, the parameters themselves for fp32.
+// The weights of a model being trained, in fp32: the optimizer's master copy
+// for 16-bit types, the parameters themselves for fp32 and for bf16 weights
+// trained without a master copy (widened exactly).
 template <class Step, class Dev>
 std::vector<float> master_weights(Step& step, const Dev& dev) {
+    using Act = typename Step::Act;
     const std::int64_t P = step.model().num_parameters();
     std::vector<float> w(static_cast<std::size_t>(P));
-    if constexpr (std::is_same_v<typename Step::Act, float>)
+    if constexpr (std::is_same_v<Act, float>) {
         download(dev, w.data(), step.model().parameters(), P);
-    else
+    } else if (step.optimizer().master() != nullptr) {
         download(dev, w.data(), step.optimizer().master(), P);
+    } else {
+        std::vector<Act> working(w.size());
+        download(dev, working.data(), step.model().parameters(), P);
+        std::transform(working.begin(), working.end(), w.begin(), [](Act x) { return static_cast<float>(x); });
+    }
     return w;
 }
 
@@ -160,6 +169,8 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
         {"device", device.description},
         {"precision", precision},
         {"checkpoint", o.run.checkpoint_name()},
+        {"optimizer_state", std::string(moment_storage_name(o.run.moments))},
+        {"master", std::string(master_storage_name(o.run.master))},
         {"recompute_plan", r.recompute_plan},
         {"micro_batch", o.run.micro_batch},
         {"seq", o.run.seq},
@@ -212,11 +223,15 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         const checkpoint::Given checkpoint{recompute_plan_of(o, config, automatic)};
         TrainConfig tc;
         tc.adamw.weight_decay = o.weight_decay;
+        tc.adamw.moments = o.run.moments;
+        tc.adamw.master = o.run.master;
         tc.max_grad_norm = o.clip;
-        const std::size_t state_bytes = P * sizeof(float) * (act_bytes < sizeof(float) ? 3 : 2);
+        const bool master_copy = act_bytes < sizeof(float) && o.run.master == MasterStorage::fp32;
+        const std::size_t moment_bytes = o.run.moments == MomentStorage::fp32 ? sizeof(float) : sizeof(bfloat16);
+        const std::size_t state_bytes = P * (2 * moment_bytes + (master_copy ? sizeof(float) : 0));
         std::optional<Step> step_storage;
-        name_allocation("the optimizer's state (AdamW moments" +
-                            std::string(act_bytes < sizeof(float) ? " and fp32 master weights)" : ")"),
+        name_allocation("the optimizer's state (AdamW " + std::string(moment_storage_name(o.run.moments)) +
+                            " moments" + std::string(master_copy ? " and fp32 master weights)" : ")"),
                         state_bytes, [&] {
                             step_storage.emplace(model, s.tracker, s.ctx.device, source.weights, tc,
                                                  Precision{}, accumulate::Steps(n), checkpoint);

@@ -59,8 +59,9 @@ inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config
 
 // --plan: for the budget, the fastest configuration that fits (the order of
 // operations: the largest micro-batch, accumulation up to the wanted batch of
-// --batch x --accum sequences, the cheapest checkpoint policy), and the
-// largest model of the shape's depth family. Nothing is allocated.
+// --batch x --accum sequences, the cheapest checkpoint policy; when nothing
+// fits, the same with lean optimizer state), and the largest model of the
+// shape's depth family. Nothing is allocated.
 inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
     if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
     PlanAnswer answer;
@@ -77,6 +78,15 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     const MemoryPlanInput in = plan_input(o, config, plan_target(device));
     answer.asked = memory_outlook(in, answer.budget);
     answer.fastest = plan_for_budget(in, o.run.micro_batch * o.run.accumulation, answer.budget);
+    // Nothing fits even fully checkpointed: the optimizer's state is next.
+    const RunSpec lean = o.run.with_lean_optimizer();
+    if (!answer.fastest.fits && lean.optimizer_flags() != o.run.optimizer_flags()) {
+        MemoryPlanInput lean_in = in;
+        lean_in.moments = lean.moments;
+        lean_in.master = lean.master;
+        answer.lean_run = lean;
+        answer.lean = plan_for_budget(lean_in, o.run.micro_batch * o.run.accumulation, answer.budget);
+    }
     MemoryPlanInput one = in;
     one.micro_batch = 1;
     one.accumulation = 1;

@@ -24,6 +24,7 @@
 
 #include "snug/checkpoint/policies.hpp"
 #include "snug/core/error.hpp"
+#include "snug/optim/state_storage.hpp"
 #include "snug/precision/loss_scaler.hpp"
 #include "snug/precision/policies.hpp"
 #include "snug/train/memory_plan.hpp"
@@ -106,9 +107,34 @@ struct RunSpec {
     int micro_batch = 32;   // B: sequences per forward
     int seq = 32;           // T: tokens per sequence
     int accumulation = 1;   // n: micro-batches per update
+    // The optimizer-memory policy (optim/adamw.hpp): AdamW's moments and master weights.
+    MomentStorage moments = MomentStorage::fp32;
+    MasterStorage master = MasterStorage::fp32;
 
     const char* precision_name() const { return precision_kind_name(precision); }
     const char* checkpoint_name() const { return checkpoint_kind_name(checkpoint); }
+    // This spec with the leanest optimizer state snug has for its precision:
+    // bf16 moments, and no master copy where the weights are bf16.
+    RunSpec with_lean_optimizer() const {
+        RunSpec s = *this;
+        s.moments = MomentStorage::bf16;
+        s.master = precision == PrecisionKind::bf16 ? MasterStorage::none : MasterStorage::fp32;
+        return s;
+    }
+    // The command-line flags that choose this spec's optimizer state
+    // ("--optimizer-state bf16 --master none"; empty for the default).
+    std::string optimizer_flags() const {
+        std::string f;
+        if (moments != MomentStorage::fp32) f += "--optimizer-state " + std::string(moment_storage_name(moments));
+        if (master != MasterStorage::fp32)
+            f += std::string(f.empty() ? "" : " ") + "--master " + std::string(master_storage_name(master));
+        return f;
+    }
+    // "AdamW moments fp32, master fp32" and the like.
+    std::string optimizer_name() const {
+        return "AdamW moments " + std::string(moment_storage_name(moments)) + ", master " +
+               std::string(master_storage_name(master));
+    }
     std::int64_t tokens_per_update() const { return std::int64_t{accumulation} * micro_batch * seq; }
 
     // Calls f.template operator()<Precision, Checkpoint>() with the static
@@ -136,6 +162,8 @@ inline MemoryPlanInput plan_input_for(const RunSpec& spec, const GPTConfig& conf
     in.micro_batch = spec.micro_batch;
     in.seq = spec.seq;
     in.accumulation = spec.accumulation;
+    in.moments = spec.moments;
+    in.master = spec.master;
     in.backend_workspace = target.backend_workspace;
     in.device = target.device;
     in.sampling_window = sampling_window;

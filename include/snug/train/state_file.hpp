@@ -58,7 +58,9 @@
 //     "name": "adamw",
 //     "steps": updates applied so far (AdamW's bias-correction t), 0 .. 2^31-1
 //     "beta1", "beta2", "eps", "weight_decay": its AdamWConfig (the learning
-//     rate is the schedule's, not saved; files that still hold "lr" load)
+//     rate is the schedule's, not saved; files that still hold "lr" load),
+//     "moments" ("fp32" | "bf16"), "master" ("fp32" | "none"), "rounding_seed":
+//     the state's storage (absent in older files: fp32, fp32, the default seed)
 //   }
 //   "max_grad_norm":      TrainConfig's clipping threshold (<= 0: no clipping)
 //   "accumulation_steps": micro-batches per update (for the reader's information)
@@ -84,8 +86,9 @@
 //                     model's own order (llm.c's for a GPT)
 //   "master_weights"  N f32: AdamW's master weights; present only when
 //                     model.dtype is not f32 (fp32 weights are their own master)
-//   "first_moment"    N f32: AdamW's m
-//   "second_moment"   N f32: AdamW's v
+//                     and optimizer.master is "fp32"
+//   "first_moment"    N f32 (optimizer.moments "fp32") or bf16 ("bf16"): AdamW's m
+//   "second_moment"   N of the same type: AdamW's v
 //
 // Loading checks, in this order, and throws snug::FileError naming the file and
 // the problem: the magic ("not a snug training-state file"), the version, the
@@ -309,13 +312,27 @@ constexpr const char* scaler_kind() {
         return "custom";
 }
 
+// The sections of a step whose weights are Act and whose optimizer keeps
+// the state `a` asks for.
 template <class Act>
-std::vector<SectionSpec> section_specs(std::int64_t n) {
+std::vector<SectionSpec> section_specs(std::int64_t n, const AdamWConfig& a) {
     std::vector<SectionSpec> s{{"weights", dtype_of<Act>, n}};
-    if constexpr (!std::is_same_v<Act, float>) s.push_back({"master_weights", DType::f32, n});
-    s.push_back({"first_moment", DType::f32, n});
-    s.push_back({"second_moment", DType::f32, n});
+    if (!std::is_same_v<Act, float> && a.master == MasterStorage::fp32) s.push_back({"master_weights", DType::f32, n});
+    const DType moments = a.moments == MomentStorage::fp32 ? DType::f32 : DType::bf16;
+    s.push_back({"first_moment", moments, n});
+    s.push_back({"second_moment", moments, n});
     return s;
+}
+
+// Calls f(T*) with the element type of `d`, one of the types a state file's
+// sections hold (f32, bf16, f16).
+template <class F>
+decltype(auto) with_section_type(DType d, F&& f) {
+    switch (d) {
+        case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
+        case DType::f16: return f(static_cast<half*>(nullptr));
+        default: return f(static_cast<float*>(nullptr));
+    }
 }
 
 inline nlohmann::ordered_json gpt_json(const GPTConfig& c) {
@@ -378,7 +395,10 @@ nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Che
           {"beta1", a.beta1},
           {"beta2", a.beta2},
           {"eps", a.eps},
-          {"weight_decay", a.weight_decay}}},
+          {"weight_decay", a.weight_decay},
+          {"moments", std::string(moment_storage_name(a.moments))},
+          {"master", std::string(master_storage_name(a.master))},
+          {"rounding_seed", a.rounding_seed}}},
         {"max_grad_norm", step.config().max_grad_norm},
         {"accumulation_steps", static_cast<int>(step.steps())},
         {"checkpoint_policy", std::string(Checkpoint::name)},
@@ -588,6 +608,14 @@ inline TrainingStateInfo read_info(InFile& f) {
     info.adamw.beta2 = F.float32(o, "beta2", "optimizer.");
     info.adamw.eps = F.float32(o, "eps", "optimizer.");
     info.adamw.weight_decay = F.float32(o, "weight_decay", "optimizer.");
+    // The state's storage (files from before lean storage hold fp32 everything).
+    try {
+        if (o.contains("moments")) info.adamw.moments = parse_moment_storage(F.string(o, "moments", "optimizer."));
+        if (o.contains("master")) info.adamw.master = parse_master_storage(F.string(o, "master", "optimizer."));
+    } catch (const ConfigError& e) {
+        F.fail("optimizer", e.what());
+    }
+    if (o.contains("rounding_seed")) info.adamw.rounding_seed = F.u64(o, "rounding_seed", "optimizer.");
     info.max_grad_norm = F.float32(j, "max_grad_norm", "");
     info.accumulation_steps = F.i32(j, "accumulation_steps", "", 1);
     info.checkpoint_policy = F.string(j, "checkpoint_policy", "");
@@ -732,7 +760,7 @@ void save_training_state(const std::filesystem::path& path,
     const std::int64_t n = model.num_parameters();
     // The header does not depend on data_offset (offsets are relative), so
     // lay the sections out at 0 first, then shift them once its length is known.
-    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n);
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, opt.config());
     std::string header;
     try {
         header = sf::header_json(step, progress, sf::layout(0, specs), 0).dump(1);
@@ -794,9 +822,11 @@ void save_training_state(const std::filesystem::path& path,
             report();
         };
         section(static_cast<const Act*>(model.parameters()), n);
-        if constexpr (!std::is_same_v<Act, float>) section(static_cast<const float*>(opt.master()), n);
-        section(static_cast<const float*>(opt.first_moment()), n);
-        section(static_cast<const float*>(opt.second_moment()), n);
+        if (opt.has_master()) section(static_cast<const float*>(opt.master()), n);
+        opt.visit_moments([&](const auto* m, const auto* v) {
+            section(m, n);
+            section(v, n);
+        });
         if (written != file_bytes)
             throw Error(file + ": wrote " + std::to_string(written) + " bytes, the header says " +
                         std::to_string(file_bytes) + " (a bug in save_training_state)");
@@ -891,9 +921,18 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     sf::check_float(file, "AdamW's eps", info.adamw.eps, a.eps);
     sf::check_float(file, "AdamW's weight_decay", info.adamw.weight_decay, a.weight_decay);
     sf::check_float(file, "max_grad_norm", info.max_grad_norm, step.config().max_grad_norm);
+    if (info.adamw.moments != a.moments)
+        sf::mismatch(file, "the optimizer's moment storage", std::string(moment_storage_name(info.adamw.moments)),
+                     std::string(moment_storage_name(a.moments)));
+    if (info.adamw.master != a.master)
+        sf::mismatch(file, "the optimizer's master weights", std::string(master_storage_name(info.adamw.master)),
+                     std::string(master_storage_name(a.master)));
+    if (info.adamw.rounding_seed != a.rounding_seed)
+        sf::mismatch(file, "the optimizer's rounding seed", std::to_string(info.adamw.rounding_seed),
+                     std::to_string(a.rounding_seed));
 
     // The section table: exactly the sections this step has, in order.
-    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n);
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, a);
     auto table = [](const auto& list) {
         std::string s;
         for (const auto& x : list)
@@ -909,8 +948,9 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
 
     // Pass 1: every checksum, nothing written.
     for (const StateSection& s : info.sections) {
-        const bool ok = s.dtype == DType::f32 ? sf::stream_section<float>(f, s, options.chunk_bytes, dev, nullptr)
-                                              : sf::stream_section<Act>(f, s, options.chunk_bytes, dev, nullptr);
+        const bool ok = sf::with_section_type(s.dtype, [&]<class T>(T*) {
+            return sf::stream_section<T>(f, s, options.chunk_bytes, dev, nullptr);
+        });
         if (!ok)
             throw FileError(file + ": checksum mismatch in section '" + s.name +
                             "': the file is corrupt; nothing was loaded");
@@ -925,9 +965,11 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     };
     std::size_t i = 0;
     load(info.sections[i++], model.parameters());
-    if constexpr (!std::is_same_v<Act, float>) load(info.sections[i++], opt.master());
-    load(info.sections[i++], opt.first_moment());
-    load(info.sections[i++], opt.second_moment());
+    if (opt.has_master()) load(info.sections[i++], opt.master());
+    opt.visit_moments([&](auto* m, auto* v) {
+        load(info.sections[i++], m);
+        load(info.sections[i++], v);
+    });
     opt.set_steps(info.optimizer_steps);
     if constexpr (Precision::has_loss_scaler) step.scaler.restore(*info.loss_scaler);
     step.restore_skipped_steps(info.skipped_steps);
