@@ -12,7 +12,8 @@
 //   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
 //                    global norm, clip factor
 //                    overflow → skip: weights, moments and step count untouched
-//                    else AdamW (fp32 master weights) and the working copy cast
+//                    else AdamW (state as TrainConfig::adamw stores it: fp32 or bf16
+//                    moments, fp32 master or none) and the working copy cast
 //                    the scaler's update
 // Every buffer it owns comes from the MemoryTracker.
 #pragma once
