@@ -44,63 +44,14 @@ struct AdamWArgs {
     float grad_scale;
 };
 
-// One update on both sides from the same state; `T` is the working copy's
-// type, void for none.
-template <class T>
-void check_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a) {
-    INFO("n = " << n << ", step " << a.step << ", weight decay " << a.weight_decay << ", grad scale "
-                  << a.grad_scale);
-    MemoryTracker tracker;
-    const snug::Host host;
-    const Cuda dev{};
-    const auto count = static_cast<std::size_t>(n);
-    std::vector<float> master = random_values<float>(rng, count, -1.0f, 1.0f);
-    const auto grad = random_values<float>(rng, count, -2.0f, 2.0f);
-    std::vector<float> m = random_values<float>(rng, count, -0.1f, 0.1f);
-    std::vector<float> v = random_values<float>(rng, count, 1e-6f, 1e-2f);
-    auto master_d = to_device(tracker, master);
-    auto grad_d = to_device(tracker, grad);
-    auto m_d = to_device(tracker, m);
-    auto v_d = to_device(tracker, v);
-    if constexpr (std::is_void_v<T>) {
-        adamw_update(dev, master_d.data(), nullptr, grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1, a.beta2,
-                     a.eps, a.weight_decay, a.step, a.grad_scale);
-        adamw_update(host, master.data(), nullptr, grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2, a.eps,
-                     a.weight_decay, a.step, a.grad_scale);
-    } else {
-        auto working_d = poisoned<T>(tracker, count);
-        std::vector<T> working(count);
-        adamw_update(dev, master_d.data(), working_d.data(), grad_d.data(), m_d.data(), v_d.data(), n, a.lr, a.beta1,
-                     a.beta2, a.eps, a.weight_decay, a.step, a.grad_scale);
-        adamw_update(host, master.data(), working.data(), grad.data(), m.data(), v.data(), n, a.lr, a.beta1, a.beta2,
-                     a.eps, a.weight_decay, a.step, a.grad_scale);
-        check_same_bits(to_host(working_d), working, "working");
-    }
-    check_same_bits(to_host(master_d), master, "master");
-    check_same_bits(to_host(m_d), m, "m");
-    check_same_bits(to_host(v_d), v, "v");
-}
-
-template <class T>
-void check_adamw_sizes(snug::Generator& rng) {
-    const AdamWArgs args[] = {
-        {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f},
-        {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 7, 0.25f},
-        {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
-    };
-    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{1001}}) {
-        for (const auto& a : args) check_adamw<T>(rng, n, a);
-    }
-    // More elements than one pass of the grid (65536 blocks of 256 threads).
-    check_adamw<T>(rng, 20'000'003, args[0]);
-}
-
-// Lean state: P weights updated in place (fp32 master, or bf16 weights with
-// no master), M moments; with a T working copy only when P is fp32 (void:
-// none). Stochastic rounding from the same stream: the host's bits.
+// One update on both sides from the same state: P weights updated in place
+// (an fp32 master, or bf16 weights with no master), M moments, and a T
+// working copy (void: none; only with fp32 P). Lean state rounds
+// stochastically from `rounding`'s stream on both sides: the host's bits.
 template <class P, class M, class T>
-void check_lean_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a, snug::ops::AdamWRounding rounding) {
-    INFO("n = " << n << ", step " << a.step << ", first index " << rounding.first_index);
+void check_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a, snug::ops::AdamWRounding rounding = {}) {
+    INFO("n = " << n << ", step " << a.step << ", weight decay " << a.weight_decay << ", grad scale "
+                  << a.grad_scale << ", first index " << rounding.first_index);
     MemoryTracker tracker;
     const snug::Host host;
     const Cuda dev{};
@@ -132,6 +83,20 @@ void check_lean_adamw(snug::Generator& rng, std::int64_t n, const AdamWArgs& a, 
     check_same_bits(to_host(v_d), v, "v");
 }
 
+template <class T>
+void check_adamw_sizes(snug::Generator& rng) {
+    const AdamWArgs args[] = {
+        {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f},
+        {3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 7, 0.25f},
+        {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
+    };
+    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{1001}}) {
+        for (const auto& a : args) check_adamw<float, float, T>(rng, n, a);
+    }
+    // More elements than one pass of the grid (65536 blocks of 256 threads).
+    check_adamw<float, float, T>(rng, 20'000'003, args[0]);
+}
+
 template <class P, class M, class T>
 void check_lean_adamw_sizes(snug::Generator& rng, bool past_one_grid) {
     const AdamWArgs args[] = {
@@ -139,10 +104,10 @@ void check_lean_adamw_sizes(snug::Generator& rng, bool past_one_grid) {
         {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
     };
     for (const std::int64_t n : {std::int64_t{1}, std::int64_t{1001}}) {
-        for (const auto& a : args) check_lean_adamw<P, M, T>(rng, n, a, {rng.next_u32(), 4096 * n});
+        for (const auto& a : args) check_adamw<P, M, T>(rng, n, a, {rng.next_u32(), 4096 * n});
     }
     // Past one pass of the grid: a thread's later elements keep their own dice.
-    if (past_one_grid) check_lean_adamw<P, M, T>(rng, 20'000'003, args[0], {rng.next_u32(), 3});
+    if (past_one_grid) check_adamw<P, M, T>(rng, 20'000'003, args[0], {rng.next_u32(), 3});
 }
 
 }  // namespace

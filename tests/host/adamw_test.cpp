@@ -12,10 +12,12 @@
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/host/adamw.hpp"
+#include "support/host_support.hpp"
 
 namespace {
 
 using snug::host::Device;
+using snug::test::random_grad;
 
 struct Hyper {
     float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
@@ -49,16 +51,6 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo, fl
     std::vector<float> v(n);
     for (float& x : v) x = dist(gen);
     return v;
-}
-
-// A gradient with magnitudes spread over four decades and both signs.
-std::vector<float> random_grad(std::size_t n, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(-3.0f, 1.0f);
-    std::bernoulli_distribution sign;
-    std::vector<float> g(n);
-    for (float& x : g) x = (sign(gen) ? 1.0f : -1.0f) * std::pow(10.0f, mag(gen));
-    return g;
 }
 
 // max |got - want| / max(|want|, floor).

@@ -23,11 +23,13 @@
 #include "snug/core/rng.hpp"
 #include "snug/host/adamw.hpp"
 #include "snug/ops/adamw.hpp"
+#include "support/host_support.hpp"
 
 namespace {
 
 using snug::bfloat16;
 using snug::host::Device;
+using snug::test::random_grad;
 
 struct Hyper {
     float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
@@ -62,15 +64,6 @@ std::vector<T> random_state(std::size_t n, std::uint32_t seed, float lo, float h
     std::vector<T> v(n);
     for (T& x : v) x = T(dist(gen));
     return v;
-}
-
-std::vector<float> random_grad(std::size_t n, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(-3.0f, 1.0f);
-    std::bernoulli_distribution sign;
-    std::vector<float> g(n);
-    for (float& x : g) x = (sign(gen) ? 1.0f : -1.0f) * std::pow(10.0f, mag(gen));
-    return g;
 }
 
 // How one stored array compares with the reference: elements off by exactly

@@ -5,7 +5,6 @@
 
 #include "snug/cuda/runtime.hpp"
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,15 +25,6 @@ namespace snug::cuda {
 
 namespace detail {
 
-// The per-call constants of PyTorch's AdamW (torch.optim.AdamW, single-tensor
-// path), formed on the host in double as PyTorch forms them from Python floats.
-struct AdamWConstants {
-    float beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
-    float decay;      // 1 - lr * weight_decay
-    float step_size;  // lr / (1 - beta1^step)
-    float bc2_sqrt;   // sqrt(1 - beta2^step)
-};
-
 inline constexpr int adamw_threads = 256;
 
 // One thread per element (grid-stride), the same operations in the same order
@@ -53,7 +43,7 @@ __global__ void __launch_bounds__(adamw_threads)
                  const float* grad,  // (n)
                  M* m,               // (n)
                  M* v,               // (n)
-                 std::int64_t n, AdamWConstants k, int step, ops::AdamWRounding rounding) {
+                 std::int64_t n, ops::AdamWConstants k, int step, ops::AdamWRounding rounding) {
     constexpr bool rounds = !std::is_same_v<P, float> || !std::is_same_v<M, float>;
     const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
     for (std::int64_t i = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -103,18 +93,7 @@ void adamw_update(const Device& dev, P* master,  // (n) master weights (fp32), o
                   float grad_scale, ops::AdamWRounding rounding = {}) {
     ops::check_adamw(n, step);
     if (n == 0) return;
-    const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
-    const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
-    const detail::AdamWConstants k{
-        beta2,
-        static_cast<float>(1.0 - double(beta1)),
-        static_cast<float>(1.0 - double(beta2)),
-        eps,
-        grad_scale,
-        static_cast<float>(1.0 - double(lr) * double(weight_decay)),
-        static_cast<float>(double(lr) / bias_correction1),
-        static_cast<float>(std::sqrt(bias_correction2)),
-    };
+    const ops::AdamWConstants k = ops::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
     launch<detail::adamw_kernel<T, P, M>>(detail::grid_stride_blocks(n, detail::adamw_threads), detail::adamw_threads,
                                           0, dev.stream, master, working, grad, m, v, n, k, step, rounding);
 }

@@ -28,15 +28,6 @@ namespace detail {
 // Elements per parallel task: about 28 bytes move per element.
 inline constexpr std::int64_t adamw_grain = std::int64_t{1} << 16;
 
-// The per-call constants of PyTorch's AdamW (torch.optim.AdamW, single-tensor
-// path), formed in double as PyTorch forms them from Python floats.
-struct AdamWScalars {
-    float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
-    float decay;      // 1 - lr * weight_decay
-    float step_size;  // lr / (1 - beta1^step)
-    float bc2_sqrt;   // sqrt(1 - beta2^step)
-};
-
 // Elements per tile of adamw_tile: its square roots sit in a stack array.
 inline constexpr std::int64_t adamw_tile_size = 256;
 
@@ -62,7 +53,7 @@ inline void adamw_sqrt(float* x, std::int64_t n) {
 // (ops::AdamWRounding). Then working[i] = p[i] rounded to T (nearest even),
 // when working is not null.
 template <class T, class P, class M>
-void adamw_tile(const AdamWScalars& k, P* p, T* working, const float* grad, M* m, M* v, std::int64_t n, int step,
+void adamw_tile(const ops::AdamWConstants& k, P* p, T* working, const float* grad, M* m, M* v, std::int64_t n, int step,
                 ops::AdamWRounding rounding) {  // all (n), n <= adamw_tile_size
     float m_new[adamw_tile_size], v_new[adamw_tile_size], root[adamw_tile_size];
     for (std::int64_t i = 0; i < n; ++i) {
@@ -117,19 +108,7 @@ void adamw_update(const Device&, P* master,  // (n) master weights (fp32), or th
                   std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                   float grad_scale, ops::AdamWRounding rounding = {}) {
     ops::check_adamw(n, step);
-    const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
-    const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
-    const detail::AdamWScalars k{
-        beta1,
-        beta2,
-        static_cast<float>(1.0 - double(beta1)),
-        static_cast<float>(1.0 - double(beta2)),
-        eps,
-        grad_scale,
-        static_cast<float>(1.0 - double(lr) * double(weight_decay)),
-        static_cast<float>(double(lr) / bias_correction1),
-        static_cast<float>(std::sqrt(bias_correction2)),
-    };
+    const ops::AdamWConstants k = ops::adamw_constants(lr, beta1, beta2, eps, weight_decay, step, grad_scale);
     parallel_ranges(n, detail::adamw_grain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; i += detail::adamw_tile_size) {
             detail::adamw_tile(k, master + i, working == nullptr ? nullptr : working + i, grad + i, m + i, v + i,

@@ -1,7 +1,9 @@
-// The fused AdamW update's contract, for every backend: its checks, and the
-// random stream that rounds the state it keeps in 16 bits.
+// The fused AdamW update's contract, for every backend: its checks, its
+// per-call constants, and the random stream that rounds the state it keeps
+// in 16 bits.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -20,6 +22,32 @@ struct AdamWRounding {
     std::uint64_t seed = 0;
     std::int64_t first_index = 0;  // the model-wide index of element 0 of this call
 };
+
+// The per-call constants of PyTorch's AdamW (torch.optim.AdamW, single-tensor
+// path), formed in double as PyTorch forms them from Python floats; both
+// backends' kernels read these.
+struct AdamWConstants {
+    float beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
+    float decay;      // 1 - lr * weight_decay
+    float step_size;  // lr / (1 - beta1^step)
+    float bc2_sqrt;   // sqrt(1 - beta2^step)
+};
+
+inline AdamWConstants adamw_constants(float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                                      float grad_scale) {
+    const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
+    const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
+    return AdamWConstants{
+        beta2,
+        static_cast<float>(1.0 - double(beta1)),
+        static_cast<float>(1.0 - double(beta2)),
+        eps,
+        grad_scale,
+        static_cast<float>(1.0 - double(lr) * double(weight_decay)),
+        static_cast<float>(double(lr) / bias_correction1),
+        static_cast<float>(std::sqrt(bias_correction2)),
+    };
+}
 
 // Throws ShapeError for n < 0 and ConfigError for step < 1 (steps count from
 // 1: the bias corrections divide by 1 - beta^step).
