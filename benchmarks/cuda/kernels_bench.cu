@@ -400,6 +400,33 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
                                      0.1f, step, 1.0f, snug::ops::AdamWRounding{7, 0});
         }, 1);
     }
+    if constexpr (std::is_same_v<Tp, snug::bfloat16>) {
+        // AdamW with 8-bit moments: bf16 weights without a master, a code byte
+        // each for m and v and an fp32 absmax per 256 for each, all read and
+        // written; grad read (every parameter quantised: the bound for a model
+        // whose weight matrices dominate, as GPT-2's do).
+        const std::int64_t blocks = snug::ops::moment_blocks(params);
+        DeviceArray<snug::bfloat16> weights(params);
+        DeviceArray<float> grad(params), m_absmax(blocks), v_absmax(blocks);
+        DeviceArray<std::uint8_t> m(params), v(params);
+        fill(weights.p, params, 14);
+        fill(grad.p, params, 15, -1e-2f, 1e-2f);
+        fill(m_absmax.p, blocks, 16, 1e-3f, 2e-3f);
+        fill(v_absmax.p, blocks, 17, 1e-7f, 1e-6f);
+        if (measuring) {
+            check(cudaMemset(m.p, 0x5A, static_cast<std::size_t>(params)));
+            check(cudaMemset(v.p, 0xC3, static_cast<std::size_t>(params)));
+        }
+        int step = 0;
+        memory_row("adamw_update_8bit (8-bit moments, no master)", dt, "n 124M",
+                   {double(params) * (2.0 * 2.0 + 2.0 * 2.0 * 1.0 + 4.0) + double(blocks) * 2.0 * 2.0 * 4.0},
+                   ceil.copy_gbs, [&](int) {
+            ++step;
+            snug::cuda::adamw_update_8bit(dev, weights.p, nullptr, grad.p,
+                                          snug::ops::BlockwiseMoments{m.p, m_absmax.p, v.p, v_absmax.p}, params, 1e-4f,
+                                          0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f, snug::ops::AdamWRounding{7, 0});
+        }, 1);
+    }
     {  // Linear layers of one block, forward and backward through Blas (the MLP's first, N x 768 -> 3072)
         const int OC = 4 * C;
         DeviceArray<Tp> inp(N * C), w(std::int64_t{OC} * C), bias(OC), out(N * OC), dout(N * OC), dinp(N * C);

@@ -319,9 +319,30 @@ void adamw_update_lean(benchmark::State& state) {
     bytes_rate(state, static_cast<double>(n) * (3.0 * 2.0 * 2.0 + sizeof(float)));
 }
 
+// ---- AdamW with 8-bit moments: bf16 weights (no master), codes and an absmax per 256 ----
+void adamw_update_8bit(benchmark::State& state) {
+    const std::int64_t n = state.range(0), blocks = snug::ops::moment_blocks(n);
+    auto weights = random_values<snug::bfloat16>(n, 1);
+    const auto grad = random_values<float>(n, 4, -1e-2f, 1e-2f);
+    std::vector<std::uint8_t> m(static_cast<std::size_t>(n), 0x5A), v(static_cast<std::size_t>(n), 0xC3);
+    auto m_absmax = random_values<float>(blocks, 2, 1e-3f, 2e-3f), v_absmax = random_values<float>(blocks, 3, 1e-7f, 1e-6f);
+    int step = 0;
+    for (auto _ : state) {
+        ++step;
+        snug::host::adamw_update_8bit(dev, weights.data(), nullptr, grad.data(),
+                                      snug::ops::BlockwiseMoments{m.data(), m_absmax.data(), v.data(), v_absmax.data()},
+                                      n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f, snug::ops::AdamWRounding{7, 0});
+        benchmark::DoNotOptimize(weights.data());
+        benchmark::ClobberMemory();
+    }
+    // weights (2 bytes) and the two codes (1 byte each) read and written, grad read.
+    bytes_rate(state, static_cast<double>(n) * (2.0 * 2.0 + 2.0 * 2.0 + sizeof(float)));
+}
+
 BENCHMARK_TEMPLATE(adamw_update, float)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(adamw_update, snug::bfloat16)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(adamw_update_lean)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(adamw_update_8bit)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(unscale_and_check)->Apply(parameters)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -1,7 +1,8 @@
 // The CUDA optimizer kernels against the host kernels on fresh random inputs,
 // outputs poisoned first: adamw_update (fp32 master weights and moments, and
 // a float, bfloat16 or half working copy, or none; and with lean state: bf16
-// moments, bf16 weights without a master, rounded stochastically), sum_squares and
+// moments, bf16 weights without a master, rounded stochastically),
+// adamw_update_8bit (8-bit block-wise moments: codes and absmax), sum_squares and
 // accumulate_sum. AdamW is
 // one chain of fp32 operations per element that the CUDA kernel performs in
 // the host's order without fused multiply-adds, so the test asks for the
@@ -110,7 +111,91 @@ void check_lean_adamw_sizes(snug::Generator& rng, bool past_one_grid) {
     if (past_one_grid) check_adamw<P, M, T>(rng, 20'000'003, args[0], {rng.next_u32(), 3});
 }
 
+// One update with 8-bit block-wise moments on both sides from the same
+// random state (every code byte possible, a positive absmax per block): P
+// weights updated in place (fp32 master, or bf16 weights without one) and a T
+// working copy (void: none). The update, the absmax reductions (a max, in any
+// order the same) and the quantisation are the same fp32 operations on both
+// sides: the host's bits. With `nan_at` >= 0 that gradient is NaN: its block
+// stores the canonical NaN as absmax on both sides.
+template <class P, class T>
+void check_adamw_8bit(snug::Generator& rng, std::int64_t n, const AdamWArgs& a, snug::ops::AdamWRounding rounding,
+                      std::int64_t nan_at = -1) {
+    INFO("8-bit moments, n = " << n << ", step " << a.step << ", first index " << rounding.first_index
+                                << ", NaN gradient at " << nan_at);
+    MemoryTracker tracker;
+    const snug::Host host;
+    const Cuda dev{};
+    const auto count = static_cast<std::size_t>(n);
+    const auto blocks = static_cast<std::size_t>(snug::ops::moment_blocks(n));
+    std::vector<P> p = random_values<P>(rng, count, -1.0f, 1.0f);
+    auto grad = random_values<float>(rng, count, -2.0f, 2.0f);
+    if (nan_at >= 0) grad[static_cast<std::size_t>(nan_at)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::uint8_t> m(count), v(count);
+    for (auto& c : m) c = static_cast<std::uint8_t>(rng.next_u32());
+    for (auto& c : v) c = static_cast<std::uint8_t>(rng.next_u32());
+    std::vector<float> m_absmax = random_values<float>(rng, blocks, 1e-3f, 0.1f);
+    std::vector<float> v_absmax = random_values<float>(rng, blocks, 1e-6f, 1e-2f);
+    auto p_d = to_device(tracker, p);
+    auto grad_d = to_device(tracker, grad);
+    auto m_d = to_device(tracker, m);
+    auto v_d = to_device(tracker, v);
+    auto ma_d = to_device(tracker, m_absmax);
+    auto va_d = to_device(tracker, v_absmax);
+    const snug::ops::BlockwiseMoments s_d{m_d.data(), ma_d.data(), v_d.data(), va_d.data()};
+    const snug::ops::BlockwiseMoments s{m.data(), m_absmax.data(), v.data(), v_absmax.data()};
+    if constexpr (std::is_void_v<T>) {
+        adamw_update_8bit(dev, p_d.data(), nullptr, grad_d.data(), s_d, n, a.lr, a.beta1, a.beta2, a.eps,
+                          a.weight_decay, a.step, a.grad_scale, rounding);
+        adamw_update_8bit(host, p.data(), nullptr, grad.data(), s, n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                          a.step, a.grad_scale, rounding);
+    } else {
+        auto working_d = poisoned<T>(tracker, count);
+        std::vector<T> working(count);
+        adamw_update_8bit(dev, p_d.data(), working_d.data(), grad_d.data(), s_d, n, a.lr, a.beta1, a.beta2, a.eps,
+                          a.weight_decay, a.step, a.grad_scale, rounding);
+        adamw_update_8bit(host, p.data(), working.data(), grad.data(), s, n, a.lr, a.beta1, a.beta2, a.eps,
+                          a.weight_decay, a.step, a.grad_scale, rounding);
+        check_same_bits(to_host(working_d), working, "working", NanMatch::any_nan);
+    }
+    check_same_bits(to_host(p_d), p, "weights", NanMatch::any_nan);
+    check_same_bits(to_host(m_d), m, "m codes");
+    check_same_bits(to_host(v_d), v, "v codes");
+    check_same_bits(to_host(ma_d), m_absmax, "m absmax");
+    check_same_bits(to_host(va_d), v_absmax, "v absmax");
+    if (nan_at >= 0) {
+        const auto b = static_cast<std::size_t>(nan_at / snug::ops::moment_block);
+        CHECK(std::bit_cast<std::uint32_t>(to_host(ma_d)[b]) == 0x7FC0'0000U);
+    }
+}
+
 }  // namespace
+
+TEST_CASE("cuda adamw_update_8bit gives the host's bits: codes, absmax, weights", "[cuda][adamw][8bit]") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const AdamWArgs args[] = {
+        {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1, 1.0f},
+        {1e-2f, 0.8f, 0.99f, 1e-6f, 0.01f, 1000, 0.5f},
+    };
+    // One element, a partial last block, and (for one combination) more
+    // quantisation blocks than one pass of the grid (65,536 thread blocks).
+    for (const std::int64_t n : {std::int64_t{1}, std::int64_t{3 * 256 + 77}}) {
+        for (const auto& a : args) {
+            check_adamw_8bit<float, void>(rng, n, a, {rng.next_u32(), 4096 * n});
+            check_adamw_8bit<float, snug::bfloat16>(rng, n, a, {rng.next_u32(), 7});
+            check_adamw_8bit<float, snug::half>(rng, n, a, {rng.next_u32(), 0});
+            check_adamw_8bit<snug::bfloat16, void>(rng, n, a, {rng.next_u32(), 1 << 20});
+        }
+    }
+    check_adamw_8bit<float, snug::bfloat16>(rng, 2 * 256 + 3, args[0], {rng.next_u32(), 0}, 256 + 17);
+    check_adamw_8bit<snug::bfloat16, void>(rng, std::int64_t{65536 + 3} * 256 + 5, args[1], {rng.next_u32(), 11});
+    CHECK_THROWS_WITH(snug::cuda::adamw_update_8bit(Cuda{}, static_cast<float*>(nullptr), nullptr, nullptr,
+                                                    snug::ops::BlockwiseMoments{}, -2, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                                                    0.0f, 1, 1.0f),
+                      Contains("adamw_update_8bit") && Contains("n = -2"));
+}
 
 TEST_CASE("cuda adamw_update with lean state gives the host's bits", "[cuda][adamw][lean]") {
     const std::uint64_t seed = fresh_seed();

@@ -228,4 +228,5 @@ TEST_CASE("lean optimizer state on CUDA matches the host") {
     matches_host<snug::precision::Fp16<snug::DynamicLossScaler>>(two, ck::None{},
                                                                  Storage{MomentStorage::bf16, MasterStorage::fp32});
     matches_host<snug::precision::Fp32>(two, ck::Full{}, Storage{MomentStorage::bf16, MasterStorage::fp32});
+    matches_host<snug::precision::Bf16>(two, ck::None{}, Storage{MomentStorage::int8, MasterStorage::none});
 }

@@ -30,27 +30,13 @@ namespace {
 using snug::bfloat16;
 using snug::host::Device;
 using snug::test::random_grad;
+using snug::test::reference_round_bf16;
 
 struct Hyper {
     float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
     int step = 3;
     float grad_scale = 0.5f;
 };
-
-// x (double, finite, |x| in bfloat16's normal range or 0) rounded
-// stochastically to bfloat16 with the low 16 bits of `die`: up in magnitude
-// when die + (position between the neighbours) x 2^16 reaches 2^16.
-double reference_round(double x, std::uint32_t die) {
-    if (x == 0.0) return 0.0;
-    const double a = std::abs(x);
-    int e = 0;
-    const double f = std::frexp(a, &e);
-    const double step = std::ldexp(1.0, e - 8);
-    const double lo = std::ldexp(std::floor(std::ldexp(f, 8)), e - 8);
-    const double position = (a - lo) / step;  // [0, 1)
-    const bool up = double(die & 0xFFFFU) + position * 65536.0 >= 65536.0;
-    return std::copysign(up ? lo + step : lo, x);
-}
 
 template <class T>
 double widen(T x) {
@@ -111,8 +97,8 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
         const snug::Philox4 dice =
             snug::random_block(seed, std::uint64_t(h.step), std::uint64_t(first_index + std::int64_t(i)));
         if constexpr (std::is_same_v<M, bfloat16>) {
-            compare(agree_m, widen(m[i]), reference_round(m_new, dice.v[0]));
-            compare(agree_v, widen(v[i]), reference_round(v_new, dice.v[1]));
+            compare(agree_m, widen(m[i]), reference_round_bf16(m_new, dice.v[0]));
+            compare(agree_v, widen(v[i]), reference_round_bf16(v_new, dice.v[1]));
         } else {
             // m sums terms that may cancel: fp32 keeps it relative to their size.
             const double terms = b1 * std::abs(widen(m0[i])) + (1 - b1) * std::abs(g);
@@ -120,7 +106,7 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
             fp32_error = std::max(fp32_error, std::abs(widen(v[i]) - v_new) / v_new);
         }
         if constexpr (std::is_same_v<P, bfloat16>)
-            compare(agree_p, widen(p[i]), reference_round(p_new, dice.v[2]));
+            compare(agree_p, widen(p[i]), reference_round_bf16(p_new, dice.v[2]));
         else
             // p is a difference of two terms: fp32 keeps it relative to their size.
             fp32_error = std::max(fp32_error, std::abs(widen(p[i]) - p_new) / (std::abs(decayed) + std::abs(adam)));

@@ -94,6 +94,59 @@ TEST_CASE("lean optimizer state holds the bytes it says, per category, to the by
     CHECK(bytes(float{}, MomentStorage::bf16, MasterStorage::fp32) == std::pair{4 * N, std::size_t{0}});
     CHECK(bytes(snug::bfloat16{}, MomentStorage::bf16, MasterStorage::none) == std::pair{4 * N, std::size_t{0}});
     CHECK(bytes(snug::bfloat16{}, MomentStorage::fp32, MasterStorage::none) == std::pair{8 * N, std::size_t{0}});
+    // 8-bit moments: a byte each for m and v, and an fp32 absmax per 256
+    // (1000 = 3 whole blocks and one of 232: 4 blocks).
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::int8, MasterStorage::none) == std::pair{2 * N + 2 * 4 * 4, std::size_t{0}});
+    CHECK(bytes(snug::bfloat16{}, MomentStorage::int8, MasterStorage::fp32) == std::pair{2 * N + 2 * 4 * 4, 4 * N});
+}
+
+TEST_CASE("8-bit moments quantise the groups with decay and keep fp32 moments for the others") {
+    // Groups of 300 (decay), 40 (none), 513 (decay), 7 (none): quantised 813
+    // parameters in 2 + 3 blocks, fp32 47.
+    const std::vector<snug::ParameterGroup> groups{{0, 300, true}, {300, 40, false}, {340, 513, true}, {853, 7, false}};
+    const std::int64_t n = 860;
+    snug::MemoryTracker tracker;
+    snug::AdamWConfig cfg;
+    cfg.moments = snug::MomentStorage::int8;
+    const std::vector<float> w(static_cast<std::size_t>(n), 0.5f);
+    snug::AdamW<float, snug::Host> opt(snug::Host{}, tracker, n, groups, cfg, w);
+    const std::size_t want = 2 * 813 + 2 * 5 * sizeof(float) + 2 * 47 * sizeof(float);
+    CHECK(tracker.current(MemoryCategory::optimizer_state) == want);
+    CHECK((snug::AdamW<float, snug::Host>::state_bytes(n, groups, cfg)) == std::pair{want, std::size_t{0}});
+    const std::vector<snug::StateBuffer> b = opt.state_buffers();
+    REQUIRE(b.size() == 6);
+    CHECK(b[0].name == "first_moment_codes");
+    CHECK(b[0].count == 813);
+    CHECK(b[1].name == "first_moment_absmax");
+    CHECK(b[1].count == 5);
+    CHECK(b[4].name == "first_moment");
+    CHECK(b[4].count == 47);
+    // One update: the fp32 groups follow fp32 AdamW exactly (the same kernel
+    // as an all-fp32 optimizer), the quantised ones move every weight too.
+    snug::MemoryTracker t2;
+    snug::AdamWConfig plain;
+    snug::AdamW<float, snug::Host> ref(snug::Host{}, t2, n, groups, plain, w);
+    std::vector<float> p(w), q(w), grads(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(0.37f * static_cast<float>(i)) + 0.01f;
+    opt.step(snug::Host{}, p.data(), grads.data(), 1e-2f);
+    ref.step(snug::Host{}, q.data(), grads.data(), 1e-2f);
+    for (std::size_t i = 300; i < 340; ++i) CHECK(p[i] == q[i]);
+    for (std::size_t i = 853; i < 860; ++i) CHECK(p[i] == q[i]);
+    // Step 1 from zero moments: the quantised m and v are only stored, the
+    // update uses the fp32 values, so the weights equal fp32 AdamW's.
+    for (std::size_t i = 0; i < 300; ++i) CHECK(p[i] == q[i]);
+    // Step 2 reads the quantised moments back: close to fp32's, not equal.
+    opt.step(snug::Host{}, p.data(), grads.data(), 1e-2f);
+    ref.step(snug::Host{}, q.data(), grads.data(), 1e-2f);
+    double worst = 0.0;
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < 300; ++i) {
+        worst = std::max(worst, std::abs(double(p[i]) - double(q[i])));
+        differ += p[i] != q[i];
+    }
+    CHECK(differ > 0);
+    CHECK(worst < 2e-3);  // 2 steps of lr 1e-2: the update's size, quantised moments off by a few percent
+    for (std::size_t i = 853; i < 860; ++i) CHECK(p[i] == q[i]);
 }
 
 TEST_CASE("master none is refused where there is no master to drop or no rounding for it") {
@@ -107,7 +160,7 @@ TEST_CASE("master none is refused where there is no master to drop or no roundin
     CHECK_THROWS_WITH((snug::AdamW<snug::half, snug::Host>(snug::Host{}, tracker, 4, {{0, 4, true}}, cfg, w)),
                       Contains("master none needs bf16 weights"));
     CHECK(tracker.current_total() == 0);  // nothing left allocated
-    CHECK_THROWS_WITH(snug::parse_moment_storage("int4"), Contains("'int4'") && Contains("fp32 or bf16"));
+    CHECK_THROWS_WITH(snug::parse_moment_storage("int4"), Contains("'int4'") && Contains("fp32, bf16 or int8"));
     CHECK_THROWS_WITH(snug::parse_master_storage("fp16"), Contains("'fp16'") && Contains("fp32 or none"));
 }
 
@@ -125,7 +178,7 @@ TEST_CASE("bf16 weights without a master move by updates that round-to-nearest w
     cfg.master = snug::MasterStorage::none;
     snug::AdamW<snug::bfloat16, snug::Host> opt(snug::Host{}, tracker, n, {{0, n, false}}, cfg, w);
     CHECK(opt.master() == nullptr);
-    CHECK(opt.first_moment() == nullptr);  // kept in bf16: visit_moments
+    CHECK(opt.first_moment() == nullptr);  // kept in bf16: state_buffers
     std::vector<snug::bfloat16> params(static_cast<std::size_t>(n), snug::bfloat16(1.0f));
     const std::vector<float> grads(static_cast<std::size_t>(n), 1.0f);
     for (int s = 0; s < 10; ++s) opt.step(snug::Host{}, params.data(), grads.data(), 1e-4f);

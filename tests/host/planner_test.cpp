@@ -261,6 +261,12 @@ TEST_CASE("lean optimizer state: the prediction is the tracker's peak, and the s
         {MomentStorage::bf16, MasterStorage::fp32, 4 * P, 4 * P},
         {MomentStorage::fp32, MasterStorage::none, 8 * P, 0},
         {MomentStorage::bf16, MasterStorage::none, 4 * P, 0},
+        // 8-bit: the decayed groups (wte + wpe 1280, qkv 1536, attention
+        // projection 512, fc 2048, fc projection 2048: Q = 7424 in 5 + 6 + 2 +
+        // 8 + 8 = 29 blocks of 256) a byte each for m and v and an fp32 absmax
+        // per block; the biases and norms (P - Q = 448) fp32 moments.
+        {MomentStorage::int8, MasterStorage::none, 2 * 7424 + 2 * 29 * 4 + 2 * 448 * 4, 0},
+        {MomentStorage::int8, MasterStorage::fp32, 2 * 7424 + 2 * 29 * 4 + 2 * 448 * 4, 4 * P},
     };
     for (const Case& k : cases) {
         INFO("moments " << snug::moment_storage_name(k.moments) << ", master " << snug::master_storage_name(k.master));

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -102,7 +104,8 @@ snug::TrainConfig train_config(float beta2 = 0.95f) {
 
 // Everything the file restores, as bytes and numbers.
 struct Snapshot {
-    Bytes params, master, m, v;
+    Bytes params;
+    std::vector<Bytes> state;  // every buffer of the optimizer's state, as stored
     int optimizer_steps = 0;
     std::int64_t skipped = 0;
     std::optional<snug::LossScalerState> scaler;
@@ -118,9 +121,7 @@ bool same_scaler(const std::optional<snug::LossScalerState>& a, const std::optio
 
 void check_same(const Snapshot& a, const Snapshot& b) {
     CHECK(a.params == b.params);
-    CHECK(a.master == b.master);
-    CHECK(a.m == b.m);
-    CHECK(a.v == b.v);
+    CHECK(a.state == b.state);
     CHECK(a.optimizer_steps == b.optimizer_steps);
     CHECK(a.skipped == b.skipped);
     CHECK(same_scaler(a.scaler, b.scaler));
@@ -192,11 +193,9 @@ struct Session {
         const std::int64_t n = model.num_parameters();
         Snapshot s;
         s.params = bytes_of(model.parameters(), n);
-        if (step.optimizer().master() != nullptr) s.master = bytes_of(step.optimizer().master(), n);
-        step.optimizer().visit_moments([&](const auto* m, const auto* v) {
-            s.m = bytes_of(m, n);
-            s.v = bytes_of(v, n);
-        });
+        for (const snug::StateBuffer& b : step.optimizer().state_buffers())
+            s.state.push_back(bytes_of(static_cast<const unsigned char*>(b.data),
+                                       b.count * static_cast<std::int64_t>(snug::dtype_size(b.dtype))));
         s.optimizer_steps = step.optimizer().steps();
         s.skipped = step.skipped_steps();
         if constexpr (Precision::has_loss_scaler) s.scaler = step.scaler.state();
@@ -374,10 +373,18 @@ TEST_CASE("resuming continues bit for bit with lean optimizer state") {
     SECTION("fp32 weights, bf16 moments") {
         resumes_bit_identically(snug::precision::Fp32{}, "fp32 bf16 moments", lean(MomentStorage::bf16, MasterStorage::fp32));
     }
-    SECTION("fp16 with bf16 moments: an overflow skips the first update and changes nothing") {
+    SECTION("bf16 weights, 8-bit moments, no master") {
+        resumes_bit_identically(snug::precision::Bf16{}, "bf16 int8 lean", lean(MomentStorage::int8, MasterStorage::none));
+    }
+    SECTION("fp32 weights, 8-bit moments") {
+        resumes_bit_identically(snug::precision::Fp32{}, "fp32 int8 moments", lean(MomentStorage::int8, MasterStorage::fp32));
+    }
+    SECTION("fp16 with bf16 or 8-bit moments: an overflow skips the first update and changes nothing") {
+      for (const MomentStorage moments : {MomentStorage::bf16, MomentStorage::int8}) {
+        INFO("moments " << snug::moment_storage_name(moments));
         const auto p = fp16_dynamic(0x1p40f, 3, 0x1p-20f);
-        const snug::TrainConfig tc = lean(MomentStorage::bf16, MasterStorage::fp32);
-        resumes_bit_identically(p, "fp16 bf16 moments overflowed", tc);
+        const snug::TrainConfig tc = lean(moments, MasterStorage::fp32);
+        resumes_bit_identically(p, "fp16 lean moments overflowed", tc);
         Session<snug::precision::Fp16<snug::DynamicLossScaler>> s(tiny(), 11, p, tc);
         const Snapshot before = s.snapshot();
         CHECK(s.update().skipped);
@@ -389,6 +396,7 @@ TEST_CASE("resuming continues bit for bit with lean optimizer state") {
         check_same(after, before);
         CHECK_FALSE(s.update().skipped);
         CHECK(s.step.optimizer().steps() == 1);
+      }
     }
 }
 
@@ -423,6 +431,44 @@ TEST_CASE("a state saved with one optimizer storage is refused by a step with an
     CHECK(info.sections[1].name == "first_moment");
     CHECK(info.sections[1].dtype == snug::DType::bf16);
     CHECK(info.sections[2].dtype == snug::DType::bf16);
+}
+
+TEST_CASE("an 8-bit state's sections are the decayed groups' codes and absmax, and the others' fp32 moments") {
+    // tiny()'s groups (llm.c's order, every tensor for all layers at once):
+    // decayed wte + wpe 2560, qkv 6144, attention projection 2048, fc 8192,
+    // fc projection 8192 (Q = 27136, each a whole number of 256-blocks: 106);
+    // the biases and norms between them 896 (= 28032 - 27136).
+    snug::test::TempDir dir;
+    const auto path = dir.path / "int8.snugstate";
+    Session<snug::precision::Bf16> a(tiny(), 11, snug::precision::Bf16{},
+                                     lean(snug::MomentStorage::int8, snug::MasterStorage::none));
+    a.update();
+    a.save(path);
+    const snug::TrainingStateInfo info = snug::read_training_state_info(path);
+    CHECK(info.adamw.moments == snug::MomentStorage::int8);
+    const std::pair<const char*, std::pair<snug::DType, std::int64_t>> want[] = {
+        {"weights", {snug::DType::bf16, tiny_parameters}},
+        {"first_moment_codes", {snug::DType::u8, 27136}},
+        {"first_moment_absmax", {snug::DType::f32, 106}},
+        {"second_moment_codes", {snug::DType::u8, 27136}},
+        {"second_moment_absmax", {snug::DType::f32, 106}},
+        {"first_moment", {snug::DType::f32, 896}},
+        {"second_moment", {snug::DType::f32, 896}},
+    };
+    REQUIRE(info.sections.size() == std::size(want));
+    for (std::size_t i = 0; i < std::size(want); ++i) {
+        INFO("section " << i);
+        CHECK(info.sections[i].name == want[i].first);
+        CHECK(info.sections[i].dtype == want[i].second.first);
+        CHECK(info.sections[i].count == want[i].second.second);
+    }
+    // Another storage of the same step is refused, naming both.
+    Session<snug::precision::Bf16> b(tiny(), 5, snug::precision::Bf16{},
+                                     lean(snug::MomentStorage::bf16, snug::MasterStorage::none));
+    const Snapshot before = b.snapshot();
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH(b.load(path), Contains("moment storage") && Contains("int8") && Contains("bf16"));
+    check_same(b.snapshot(), before);
 }
 
 TEST_CASE("the file's bytes are what the format comment says") {

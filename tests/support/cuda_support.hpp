@@ -77,11 +77,13 @@ std::vector<T> to_host(const Buffer<T, Cuda>& d) {
     return out;
 }
 
-// The bits of a float, half or bfloat16.
+// The bits of a float, half, bfloat16 or integer (an 8-bit code).
 template <class T>
 std::uint32_t bits_of(T x) {
     if constexpr (std::is_same_v<T, float>) {
         return std::bit_cast<std::uint32_t>(x);
+    } else if constexpr (std::is_integral_v<T>) {
+        return static_cast<std::uint32_t>(x);
     } else {
         return x.bits;
     }

@@ -1,7 +1,8 @@
 // Test support for the host tests in tests/host: values as double, exact
 // round trips from double, object bits, seeded random inputs (an optimizer's
 // gradient among them), the
-// round-to-nearest-even check for 16-bit results, the largest relative error
+// round-to-nearest-even check for 16-bit results, a float64 reference of
+// stochastic rounding to bfloat16, the largest relative error
 // of a result, and central finite differences.
 #pragma once
 
@@ -70,6 +71,23 @@ inline std::vector<float> random_grad(std::size_t n, std::uint32_t seed) {
     std::vector<float> g(n);
     for (float& x : g) x = (sign(gen) ? 1.0f : -1.0f) * std::pow(10.0f, mag(gen));
     return g;
+}
+
+// x (double, finite, |x| in bfloat16's normal range or 0) rounded
+// stochastically to bfloat16 with the low 16 bits of `die`, computed from the
+// value's position between its two neighbours (not from float bits): up in
+// magnitude when die + position x 2^16 reaches 2^16. The optimizer tests'
+// float64 reference of core/stochastic_rounding.hpp.
+inline double reference_round_bf16(double x, std::uint32_t die) {
+    if (x == 0.0) return 0.0;
+    const double a = std::abs(x);
+    int e = 0;
+    const double f = std::frexp(a, &e);
+    const double step = std::ldexp(1.0, e - 8);
+    const double lo = std::ldexp(std::floor(std::ldexp(f, 8)), e - 8);
+    const double position = (a - lo) / step;  // [0, 1)
+    const bool up = double(die & 0xFFFFU) + position * 65536.0 >= 65536.0;
+    return std::copysign(up ? lo + step : lo, x);
 }
 
 // True when the finite 16-bit `b` (half or bfloat16) is the

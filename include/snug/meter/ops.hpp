@@ -12,6 +12,7 @@
 
 #include "snug/meter/device.hpp"
 #include "snug/ops/adamw.hpp"
+#include "snug/ops/moment_quantization.hpp"
 #include "snug/ops/attention.hpp"
 #include "snug/ops/flash_attention.hpp"
 #include "snug/ops/cross_entropy.hpp"
@@ -154,6 +155,22 @@ void adamw_update(const Device& dev, P* master, std::nullptr_t, const float* gra
                   ops::AdamWRounding rounding = {}) {
     adamw_update(dev, master, static_cast<float*>(nullptr), grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step,
                  grad_scale, rounding);
+}
+
+template <class T, class P>
+void adamw_update_8bit(const Device&, P* /*master or bf16 weights (n)*/, T* /*working (n) or nullptr*/,
+                       const float* /*grad (n)*/, ops::BlockwiseMoments, std::int64_t n, float /*lr*/,
+                       float /*beta1*/, float /*beta2*/, float /*eps*/, float /*weight_decay*/, int step,
+                       float /*grad_scale*/, ops::AdamWRounding = {}) {
+    ops::check_adamw_8bit(n, step);
+}
+
+template <class P>
+void adamw_update_8bit(const Device& dev, P* master, std::nullptr_t, const float* grad, ops::BlockwiseMoments moments,
+                       std::int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                       float grad_scale, ops::AdamWRounding rounding = {}) {
+    adamw_update_8bit(dev, master, static_cast<float*>(nullptr), grad, moments, n, lr, beta1, beta2, eps, weight_decay,
+                      step, grad_scale, rounding);
 }
 
 // The element-wise ops: n elements, nothing else to check.

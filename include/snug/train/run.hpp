@@ -227,8 +227,9 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         tc.adamw.master = o.run.master;
         tc.max_grad_norm = o.clip;
         const bool master_copy = act_bytes < sizeof(float) && o.run.master == MasterStorage::fp32;
-        const std::size_t moment_bytes = o.run.moments == MomentStorage::fp32 ? sizeof(float) : sizeof(bfloat16);
-        const std::size_t state_bytes = P * (2 * moment_bytes + (master_copy ? sizeof(float) : 0));
+        const auto [moment_bytes, master_bytes] =
+            AdamW<typename Model::value_type, Dev>::state_bytes(model.num_parameters(), model.parameter_groups(), tc.adamw);
+        const std::size_t state_bytes = moment_bytes + master_bytes;
         std::optional<Step> step_storage;
         name_allocation("the optimizer's state (AdamW " + std::string(moment_storage_name(o.run.moments)) +
                             " moments" + std::string(master_copy ? " and fp32 master weights)" : ")"),

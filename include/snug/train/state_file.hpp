@@ -59,7 +59,7 @@
 //     "steps": updates applied so far (AdamW's bias-correction t), 0 .. 2^31-1
 //     "beta1", "beta2", "eps", "weight_decay": its AdamWConfig (the learning
 //     rate is the schedule's, not saved; files that still hold "lr" load),
-//     "moments" ("fp32" | "bf16"), "master" ("fp32" | "none"), "rounding_seed":
+//     "moments" ("fp32" | "bf16" | "int8"), "master" ("fp32" | "none"), "rounding_seed":
 //     the state's storage (absent in older files: fp32, fp32, the default seed)
 //   }
 //   "max_grad_norm":      TrainConfig's clipping threshold (<= 0: no clipping)
@@ -87,8 +87,23 @@
 //   "master_weights"  N f32: AdamW's master weights; present only when
 //                     model.dtype is not f32 (fp32 weights are their own master)
 //                     and optimizer.master is "fp32"
-//   "first_moment"    N f32 (optimizer.moments "fp32") or bf16 ("bf16"): AdamW's m
-//   "second_moment"   N of the same type: AdamW's v
+//   then AdamW's moments m and v, as optimizer.moments stores them:
+//   "fp32", "bf16":
+//     "first_moment"    N f32 (optimizer.moments "fp32") or bf16 ("bf16"): m
+//     "second_moment"   N of the same type: v
+//   "int8": the parameter groups with weight decay (the model's, in order; Q
+//   parameters in all, each group cut into blocks of 256 from its own start:
+//   B blocks in all) keep 8-bit codes and one absmax per block; the other
+//   groups' N - Q parameters keep fp32 moments, group by group in order:
+//     "first_moment_codes"    Q u8: bit 7 the sign, bits 0-6 an index into the
+//                             first moment's code table
+//     "first_moment_absmax"   B f32: the block's largest |m|
+//     "second_moment_codes"   Q u8: an index into the second moment's table
+//     "second_moment_absmax"  B f32: the block's largest v
+//     "first_moment"          N - Q f32
+//     "second_moment"         N - Q f32
+//   A code's value is table[code] x absmax; the tables (value / absmax, each
+//   ascending to 1) are defined in include/snug/ops/moment_quantization.hpp.
 //
 // Loading checks, in this order, and throws snug::FileError naming the file and
 // the problem: the magic ("not a snug training-state file"), the version, the
@@ -312,25 +327,23 @@ constexpr const char* scaler_kind() {
         return "custom";
 }
 
-// The sections of a step whose weights are Act and whose optimizer keeps
-// the state `a` asks for.
-template <class Act>
-std::vector<SectionSpec> section_specs(std::int64_t n, const AdamWConfig& a) {
+// The sections of a step: its working weights, then every buffer of its
+// optimizer's state (AdamW::state_buffers, in that order).
+template <class Act, class Optimizer>
+std::vector<SectionSpec> section_specs(std::int64_t n, Optimizer& opt) {
     std::vector<SectionSpec> s{{"weights", dtype_of<Act>, n}};
-    if (!std::is_same_v<Act, float> && a.master == MasterStorage::fp32) s.push_back({"master_weights", DType::f32, n});
-    const DType moments = a.moments == MomentStorage::fp32 ? DType::f32 : DType::bf16;
-    s.push_back({"first_moment", moments, n});
-    s.push_back({"second_moment", moments, n});
+    for (const StateBuffer& b : opt.state_buffers()) s.push_back({b.name, b.dtype, b.count});
     return s;
 }
 
 // Calls f(T*) with the element type of `d`, one of the types a state file's
-// sections hold (f32, bf16, f16).
+// sections hold (f32, bf16, f16, u8).
 template <class F>
 decltype(auto) with_section_type(DType d, F&& f) {
     switch (d) {
         case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
         case DType::f16: return f(static_cast<half*>(nullptr));
+        case DType::u8: return f(static_cast<std::uint8_t*>(nullptr));
         default: return f(static_cast<float*>(nullptr));
     }
 }
@@ -760,7 +773,7 @@ void save_training_state(const std::filesystem::path& path,
     const std::int64_t n = model.num_parameters();
     // The header does not depend on data_offset (offsets are relative), so
     // lay the sections out at 0 first, then shift them once its length is known.
-    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, opt.config());
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, opt);
     std::string header;
     try {
         header = sf::header_json(step, progress, sf::layout(0, specs), 0).dump(1);
@@ -822,11 +835,8 @@ void save_training_state(const std::filesystem::path& path,
             report();
         };
         section(static_cast<const Act*>(model.parameters()), n);
-        if (opt.has_master()) section(static_cast<const float*>(opt.master()), n);
-        opt.visit_moments([&](const auto* m, const auto* v) {
-            section(m, n);
-            section(v, n);
-        });
+        for (const StateBuffer& b : opt.state_buffers())
+            sf::with_section_type(b.dtype, [&]<class T>(T*) { section(static_cast<const T*>(b.data), b.count); });
         if (written != file_bytes)
             throw Error(file + ": wrote " + std::to_string(written) + " bytes, the header says " +
                         std::to_string(file_bytes) + " (a bug in save_training_state)");
@@ -932,7 +942,7 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
                      std::to_string(a.rounding_seed));
 
     // The section table: exactly the sections this step has, in order.
-    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, a);
+    const std::vector<sf::SectionSpec> specs = sf::section_specs<Act>(n, opt);
     auto table = [](const auto& list) {
         std::string s;
         for (const auto& x : list)
@@ -965,11 +975,8 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     };
     std::size_t i = 0;
     load(info.sections[i++], model.parameters());
-    if (opt.has_master()) load(info.sections[i++], opt.master());
-    opt.visit_moments([&](auto* m, auto* v) {
-        load(info.sections[i++], m);
-        load(info.sections[i++], v);
-    });
+    for (const StateBuffer& b : opt.state_buffers())
+        sf::with_section_type(b.dtype, [&]<class T>(T*) { load(info.sections[i++], static_cast<T*>(b.data)); });
     opt.set_steps(info.optimizer_steps);
     if constexpr (Precision::has_loss_scaler) step.scaler.restore(*info.loss_scaler);
     step.restore_skipped_steps(info.skipped_steps);
