@@ -96,8 +96,9 @@ int run(int argc, char** argv) {
         ->excludes(accum_opt)
         ->check(CLI::PositiveNumber);
     app.add_option("--optimizer-state", optimizer_state,
-                   "AdamW's moments: fp32, or bf16 (stochastically rounded; half the optimizer memory)")
-        ->check(CLI::IsMember({"fp32", "bf16"}));
+                   "AdamW's moments: fp32, bf16 (stochastically rounded; half the optimizer memory), or int8 "
+                   "(8-bit block-wise codes for the weight matrices, stochastically rounded; about a quarter)")
+        ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
     app.add_option("--master", master,
                    "master weights: fp32, or none (bf16 weights updated in place, stochastically rounded; "
                    "--precision bf16 only)")

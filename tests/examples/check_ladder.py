@@ -6,9 +6,10 @@ every rung that ran has all five measurements (peak memory total and by
 category, tokens/s, loss per unit of compute, wall-clock, validation loss)
 and a fit flag; the planner's predicted peak matches the measured one within
 2% on the host; peak memory falls from rung 1 to 2 and from 3 (or 2, when no
-accumulation was needed) to 4, as predicted; rung 6 (lean optimizer state)
-halves the optimizer state of the rung it continues from, keeps no master copy
-of bf16 weights and lowers the peak; a rung over the budget is marked as not
+accumulation was needed) to 4, as predicted; rung 6 (lean optimizer state:
+8-bit moments) keeps between a quarter and 30% of the optimizer state of the
+rung it continues from, keeps no master copy of bf16 weights and lowers the
+peak; a rung over the budget is marked as not
 fitting. Exit 0 when all hold, 1 with the reasons otherwise.
 usage: check_ladder.py LADDER_JSON
 """
@@ -65,7 +66,9 @@ def main(path):
         if not predicted("4") < predicted(before_4):
             problems.append("the planner does not predict the fall from rung %s to rung 4" % before_4)
     # Rung 6 keeps the configuration it continues from with lean optimizer
-    # state: bf16 moments are half the bytes, and no master copy for bf16.
+    # state: 8-bit codes are a quarter of fp32 moments' bytes, plus an fp32
+    # absmax per 256 values and the fp32 moments of biases and norms (a few
+    # percent here); and no master copy for bf16.
     r6 = rungs.get("6")
     if r6 is None:
         problems.append("rung 6 (lean optimizer state) is missing")
@@ -76,8 +79,9 @@ def main(path):
         elif r6["ran"] and base["ran"]:
             state = lambda r: r["category_peak_bytes"]["optimizer_state"]
             master = lambda r: r["category_peak_bytes"]["master_weights"]
-            if not 2 * state(r6) == state(base):
-                problems.append(f"rung 6's optimizer state {state(r6)} is not half of rung {base['name']}'s {state(base)}")
+            if not (4 * state(r6) > state(base) and state(r6) < 0.3 * state(base)):
+                problems.append(f"rung 6's optimizer state {state(r6)} is not between a quarter and 30% of "
+                                f"rung {base['name']}'s {state(base)}")
             if r6["precision"] == "bf16" and not (r6["master"] == "none" and master(r6) == 0):
                 problems.append(f"rung 6 keeps {master(r6)} bytes of master weights for bf16 weights")
             if not peak("6") < peak(base["name"].split()[0]):

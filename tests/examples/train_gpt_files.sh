@@ -1,7 +1,7 @@
 #!/bin/sh
 # train_gpt's files, end to end on the host (ctest runs this):
 #   1. resume is bit-identical: for fp32, bf16, fp16 and bf16 with lean
-#      optimizer state (bf16 moments, no master; with accumulation and
+#      optimizer state (bf16 or 8-bit moments, no master; with accumulation and
 #      selective recomputation), 8 updates straight and 3 + stop + resume 5
 #      (with full recomputation: the policy may change on resume) give the
 #      same final weights (llm.c model files compared with cmp) and the same
@@ -23,9 +23,10 @@ tiny="$shape --batch 4"
 losses() { sed -n 's/.*"train_loss":\([^,]*\),.*/\1/p' "$1" | tail -n 5; }
 
 # 1 and 2: resume.
-for p in fp32 bf16 fp16 bf16-lean; do
+for p in fp32 bf16 fp16 bf16-lean bf16-int8; do
     case $p in
         bf16-lean) precision="bf16 --optimizer-state bf16 --master none" ;;
+        bf16-int8) precision="bf16 --optimizer-state int8 --master none" ;;
         *) precision=$p ;;
     esac
     run="$tiny --steps 8 --eval-every 4 --precision $precision --accum 2"

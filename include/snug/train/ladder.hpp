@@ -262,7 +262,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         run(rungs.back());
     }
 
-    // 6: lean optimizer state on the kept configuration: bf16 moments, and no
+    // 6: lean optimizer state on the kept configuration: 8-bit moments, and no
     // fp32 master copy where the weights are bf16 (optim/state_storage.hpp).
     {
         LadderRung r = make("6 lean optimizer state", kept.options.run.precision, kept.options.run.micro_batch,

@@ -114,10 +114,10 @@ struct RunSpec {
     const char* precision_name() const { return precision_kind_name(precision); }
     const char* checkpoint_name() const { return checkpoint_kind_name(checkpoint); }
     // This spec with the leanest optimizer state snug has for its precision:
-    // bf16 moments, and no master copy where the weights are bf16.
+    // 8-bit moments, and no master copy where the weights are bf16.
     RunSpec with_lean_optimizer() const {
         RunSpec s = *this;
-        s.moments = MomentStorage::bf16;
+        s.moments = MomentStorage::int8;
         s.master = precision == PrecisionKind::bf16 ? MasterStorage::none : MasterStorage::fp32;
         return s;
     }
