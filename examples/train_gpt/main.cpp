@@ -99,6 +99,9 @@ int run(int argc, char** argv) {
                    "AdamW's moments: fp32, bf16 (stochastically rounded; half the optimizer memory), or int8 "
                    "(8-bit block-wise codes for the weight matrices, stochastically rounded; about a quarter)")
         ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+    app.add_flag("--offload", o.run.offload,
+                 "keep AdamW's state (master weights, moments) in host memory and update on the CPU; the GPU "
+                 "holds the weights, gradients and activations only");
     app.add_option("--master", master,
                    "master weights: fp32, or none (bf16 weights updated in place, stochastically rounded; "
                    "--precision bf16 only)")

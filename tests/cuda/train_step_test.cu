@@ -2,11 +2,13 @@
 // the three policies, three updates from the same weights on the same tokens
 // give the same losses, the same skip decisions, and first-update gradients
 // within the precision's tolerance; checkpointed and plain CUDA runs give the
-// same gradients (within rounding). Runs emulated everywhere, and on a GPU
-// where one exists.
+// same gradients (within rounding); an optimizer offloaded to the host gives
+// the device optimizer's bits and keeps no state on the device. Runs emulated
+// everywhere, and on a GPU where one exists.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -73,6 +75,11 @@ struct Trace {
     std::vector<bool> skipped;
     std::vector<float> first_grads;
     float first_norm = 0.0f;
+    std::vector<unsigned char> final_weights;  // the working weights' bytes after the last update
+    std::size_t device_state = 0;              // peak device bytes of master weights + optimizer state
+    std::size_t host_state = 0;                // peak host bytes of an offloaded optimizer
+    std::int64_t parameters = 0;
+    std::int64_t largest_group = 0;
 };
 
 // The optimizer's storage (the lean variants round stochastically, from the
@@ -80,6 +87,8 @@ struct Trace {
 struct Storage {
     snug::MomentStorage moments = snug::MomentStorage::fp32;
     snug::MasterStorage master = snug::MasterStorage::fp32;
+    bool offload = false;
+    std::int64_t offload_chunk = std::int64_t{1} << 22;
 };
 
 template <class D, class Precision, class Accumulation, class Checkpoint>
@@ -95,6 +104,8 @@ Trace train(Accumulation acc, Checkpoint ck, int updates, Storage storage = {}) 
     tc.adamw.weight_decay = 0.0f;
     tc.adamw.moments = storage.moments;
     tc.adamw.master = storage.master;
+    tc.adamw.offload = storage.offload;
+    tc.adamw.offload_chunk = storage.offload_chunk;
     snug::TrainStep<snug::GPT<Act, D>, Precision, Accumulation, Checkpoint> step(model, run.tracker, run.ctx.device,
                                                                                   w0, tc, {}, acc, ck);
     const int micro = acc.steps(), B = 4 / micro, T = 16;
@@ -121,6 +132,15 @@ Trace train(Accumulation acc, Checkpoint ck, int updates, Storage storage = {}) 
             download(run.ctx.device, trace.first_grads.data(), model.gradients(), model.num_parameters());
         }
     }
+    const std::int64_t P = model.num_parameters();
+    std::vector<Act> weights(static_cast<std::size_t>(P));
+    download(run.ctx.device, weights.data(), model.parameters(), P);
+    const auto* bytes = reinterpret_cast<const unsigned char*>(weights.data());
+    trace.final_weights.assign(bytes, bytes + weights.size() * sizeof(Act));
+    trace.device_state = run.tracker.peak(MemoryCategory::master_weights) + run.tracker.peak(MemoryCategory::optimizer_state);
+    trace.host_state = step.optimizer().host_memory().peak_total();
+    trace.parameters = P;
+    for (const snug::ParameterGroup& g : model.parameter_groups()) trace.largest_group = std::max(trace.largest_group, g.count);
     return trace;
 }
 
@@ -216,6 +236,43 @@ TEST_CASE("checkpointed and plain CUDA runs give the same gradients") {
         INFO(snug::recompute_name(mode) << ": max abs difference " << max_abs << " of " << max_ref);
         CHECK(max_abs <= 1e-6 * max_ref);
     }
+}
+
+// The same run with the optimizer on the device and offloaded to the host in
+// pieces of 512 parameters (so that both gradient slots are reused many
+// times): the same losses and final weights, bit for bit; on the device no
+// optimizer state; on the host that state and the staging (a copy of the
+// working weights, two gradient slots of the longest piece).
+template <class Precision>
+void offload_matches_device(Storage storage) {
+    using Act = typename Precision::compute_type;
+    namespace ck = snug::checkpoint;
+    const snug::accumulate::Steps two(2);
+    INFO(Precision::name << " / moments " << snug::moment_storage_name(storage.moments) << ", master "
+                         << snug::master_storage_name(storage.master));
+    const Trace on_device = train<Cuda, Precision>(two, ck::None{}, 3, storage);
+    storage.offload = true;
+    storage.offload_chunk = 600;  // whole blocks of 256: pieces of 512
+    const Trace offloaded = train<Cuda, Precision>(two, ck::None{}, 3, storage);
+    CHECK(offloaded.skipped == on_device.skipped);
+    REQUIRE(offloaded.losses.size() == on_device.losses.size());
+    for (std::size_t s = 0; s < on_device.losses.size(); ++s)
+        CHECK(std::bit_cast<std::uint32_t>(offloaded.losses[s]) == std::bit_cast<std::uint32_t>(on_device.losses[s]));
+    CHECK(offloaded.final_weights == on_device.final_weights);
+    CHECK(on_device.device_state > 0);
+    CHECK(offloaded.device_state == 0);
+    const std::size_t staging = static_cast<std::size_t>(offloaded.parameters) * sizeof(Act) +
+                                2 * static_cast<std::size_t>(std::min<std::int64_t>(512, offloaded.largest_group)) * sizeof(float);
+    CHECK(offloaded.host_state == on_device.device_state + staging);
+    CHECK(on_device.host_state == 0);
+}
+
+TEST_CASE("an optimizer offloaded to the host gives the device optimizer's bits, and the device holds no state") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    offload_matches_device<snug::precision::Fp32>(Storage{});
+    offload_matches_device<snug::precision::Bf16>(Storage{MomentStorage::int8, MasterStorage::none});
+    offload_matches_device<snug::precision::Fp16<snug::DynamicLossScaler>>(Storage{MomentStorage::bf16, MasterStorage::fp32});
 }
 
 TEST_CASE("lean optimizer state on CUDA matches the host") {

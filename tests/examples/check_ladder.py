@@ -9,8 +9,9 @@ and a fit flag; the planner's predicted peak matches the measured one within
 accumulation was needed) to 4, as predicted; rung 6 (lean optimizer state:
 8-bit moments) keeps between a quarter and 30% of the optimizer state of the
 rung it continues from, keeps no master copy of bf16 weights and lowers the
-peak; a rung over the budget is marked as not
-fitting. Exit 0 when all hold, 1 with the reasons otherwise.
+peak; rung 7 (optimizer offload) keeps no optimizer state or master weights on
+the device, reports host memory, and has its base rung's losses exactly; a
+rung over the budget is marked as not fitting. Exit 0 when all hold, 1 with the reasons otherwise.
 usage: check_ladder.py LADDER_JSON
 """
 import json
@@ -86,6 +87,28 @@ def main(path):
                 problems.append(f"rung 6 keeps {master(r6)} bytes of master weights for bf16 weights")
             if not peak("6") < peak(base["name"].split()[0]):
                 problems.append(f"peak memory does not fall from rung {base['name']} to rung 6")
+    # Rung 7 offloads the optimizer of the configuration it continues from:
+    # no optimizer state or master weights on the device, the state in host
+    # memory instead, and the same arithmetic: the same losses exactly.
+    r7 = rungs.get("7")
+    if r7 is None:
+        problems.append("rung 7 (optimizer offload) is missing")
+    else:
+        base = rungs.get(r7["note"].split()[2]) if r7["note"].startswith("continues from ") else None
+        if base is None:
+            problems.append(f"rung 7 does not name the rung it continues from: {r7['note']!r}")
+        elif r7["ran"] and base["ran"]:
+            on_device = r7["category_peak_bytes"]["optimizer_state"] + r7["category_peak_bytes"]["master_weights"]
+            if on_device != 0:
+                problems.append(f"rung 7 keeps {on_device} bytes of optimizer state and master weights on the device")
+            if not r7["host_peak_bytes"] or r7["host_peak_bytes"] <= 0:
+                problems.append("rung 7 reports no host memory for its offloaded optimizer")
+            if r7["loss_at_equal_flops"] != base["loss_at_equal_flops"] or r7["val_loss"] != base["val_loss"]:
+                problems.append(f"rung 7's losses ({r7['loss_at_equal_flops']}, {r7['val_loss']}) differ from rung "
+                                f"{base['name']}'s ({base['loss_at_equal_flops']}, {base['val_loss']}): offload must "
+                                "not change the arithmetic")
+            if not peak("7") < peak(base["name"].split()[0]):
+                problems.append(f"peak memory does not fall from rung {base['name']} to rung 7")
     # The ladder draws its plots itself when matplotlib is there.
     try:
         import matplotlib  # noqa: F401

@@ -289,6 +289,37 @@ TEST_CASE("lean optimizer state: the prediction is the tracker's peak, and the s
     CHECK_THROWS_WITH(snug::predict_memory(fp16), Catch::Matchers::Contains("master none needs bf16 weights"));
 }
 
+TEST_CASE("an offloaded optimizer: nothing of its state on the device, and its host bytes planned as on CUDA") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    const GPTConfig c = shape(64, 16, 2, 2, 16);  // P = 7872, as counted above
+    const std::size_t P = 7872;
+    MemoryPlanInput in = plan_input(c, PrecisionKind::bf16, 2, 8, 2, {}, 0, 16);
+    const snug::MemoryPlan on_device = snug::predict_memory(in);
+    in.offload = true;
+    const snug::MemoryPlan offloaded = snug::predict_memory(in);
+    CHECK(offloaded[MemoryCategory::master_weights] == 0);
+    CHECK(offloaded[MemoryCategory::optimizer_state] == 0);
+    CHECK(offloaded.total == on_device.total - 12 * P);
+    // On the host: fp32 master (4 P) and moments (8 P); as CUDA stages them, a
+    // bf16 copy of the weights (2 P) and two gradient slots of the longest
+    // piece (the fc weights, 2048 parameters: the groups are counted above).
+    CHECK(offloaded.host == 12 * P + 2 * P + 2 * 2048 * 4);
+    CHECK(on_device.host == 0);
+    // The host run (no staging there: the update runs in place) holds on its
+    // device ledger what the plan says.
+    snug::TrainConfig tc;
+    tc.adamw.offload = true;
+    const Measured measured = run_like_trainer<snug::precision::Bf16>(c, 2, 8, 2, Fixed{in.modes()}, std::nullopt, 16, tc);
+    compare(in, offloaded, measured);
+    // 8-bit moments and no master on the host too: the host bytes shrink, the device's do not.
+    in.moments = MomentStorage::int8;
+    in.master = MasterStorage::none;
+    const snug::MemoryPlan lean = snug::predict_memory(in);
+    CHECK(lean.total == offloaded.total);
+    CHECK(lean.host == 2 * 7424 + 2 * 29 * 4 + 2 * 448 * 4 + 2 * P + 2 * 2048 * 4);
+}
+
 TEST_CASE("what the device reserves: arena chunks whole, each allocation at the device's granularity, the context") {
     // The hand-counted run above: 18 P bytes of weights and optimizer state,
     // 1464 bytes of workspace in 12 allocations (cuBLASLt, params, grads,

@@ -213,9 +213,11 @@ struct Session {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// 6 updates straight against 3, save, destroy, rebuild, load, 3 more.
+// 6 updates straight against 3, save, destroy, rebuild, load, 3 more; the
+// resumed step may place its optimizer elsewhere (resume_offload).
 template <class Precision>
-void resumes_bit_identically(const Precision& precision, const char* what, snug::TrainConfig tc = train_config()) {
+void resumes_bit_identically(const Precision& precision, const char* what, snug::TrainConfig tc = train_config(),
+                             std::optional<bool> resume_offload = std::nullopt) {
     INFO(what);
     const GPTConfig c = tiny();
     snug::test::TempDir dir;
@@ -242,7 +244,9 @@ void resumes_bit_identically(const Precision& precision, const char* what, snug:
     Snapshot resumed_end, loaded;
     {
         // Different initial weights and seed: everything must come from the file.
-        auto b = std::make_unique<Session<Precision>>(c, 999, precision, tc);
+        snug::TrainConfig resume_tc = tc;
+        resume_tc.adamw.offload = resume_offload.value_or(tc.adamw.offload);
+        auto b = std::make_unique<Session<Precision>>(c, 999, precision, resume_tc);
         const TrainingProgress p = b->load(path);
         CHECK(p.step == 3);
         CHECK(p.tokens == 3 * micro * B * T);
@@ -469,6 +473,24 @@ TEST_CASE("an 8-bit state's sections are the decayed groups' codes and absmax, a
     using Catch::Matchers::Contains;
     CHECK_THROWS_WITH(b.load(path), Contains("moment storage") && Contains("int8") && Contains("bf16"));
     check_same(b.snapshot(), before);
+}
+
+TEST_CASE("a state saved with the optimizer offloaded resumes on the device, and the other way, bit for bit") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    snug::TrainConfig offloaded = lean(MomentStorage::int8, MasterStorage::none);
+    offloaded.adamw.offload = true;
+    SECTION("bf16, 8-bit moments, no master: offloaded, then on the device") {
+        resumes_bit_identically(snug::precision::Bf16{}, "bf16 int8 offloaded -> device", offloaded, false);
+    }
+    SECTION("fp32: on the device, then offloaded") {
+        resumes_bit_identically(snug::precision::Fp32{}, "fp32 device -> offloaded", train_config(), true);
+    }
+    SECTION("fp16 with a master, offloaded both times") {
+        snug::TrainConfig fp16 = train_config();
+        fp16.adamw.offload = true;
+        resumes_bit_identically(fp16_dynamic(0x1p12f, 3, 0x1p-20f), "fp16 offloaded", fp16);
+    }
 }
 
 TEST_CASE("the file's bytes are what the format comment says") {

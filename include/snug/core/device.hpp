@@ -17,9 +17,14 @@
 
 namespace snug::host {
 
+struct OffloadLink;  // snug/host/offload_link.hpp
+
 // The host backend: plain C++ on the CPU, the reference for every kernel.
 struct Device {
     static constexpr const char* name = "host";
+    // How an optimizer offloaded to the host reaches this device's memory
+    // (optim/offload.hpp); every device tag names one.
+    using offload_link = OffloadLink;
     // Host memory is aligned for the widest vector unit and cache lines.
     static constexpr std::size_t alignment = 64;
 

@@ -19,7 +19,8 @@
 
 namespace snug::cuda {
 
-class Blas;  // snug/cuda/blas.hpp: the cuBLASLt context linear layers need
+class Blas;         // snug/cuda/blas.hpp: the cuBLASLt context linear layers need
+class OffloadLink;  // snug/cuda/offload_link.hpp: the second stream of an offloaded optimizer
 
 // The CUDA backend's tag (snug::Cuda for short). A value of the tag carries the
 // stream its work is queued on (nullptr: the legacy default stream), and
@@ -29,6 +30,8 @@ struct Device {
     static constexpr const char* name = "cuda";
     // cudaMalloc returns memory aligned to at least 256 bytes.
     static constexpr std::size_t alignment = 256;
+    // How an optimizer offloaded to the host reaches this device's memory.
+    using offload_link = OffloadLink;
 
     cudaStream_t stream = nullptr;
     // The GEMM context linear_forward / linear_backward run through (not

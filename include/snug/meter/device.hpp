@@ -71,13 +71,32 @@ private:
     std::size_t live_ = 0, peak_ = 0, count_ = 0;
 };
 
+struct OffloadLink;
+
 struct Device {
     static constexpr const char* name = "meter";
     // As cudaMalloc: so that the arenas lay out their chunks as on CUDA.
     static constexpr std::size_t alignment = 256;
+    // An optimizer offloaded from the metering device (optim/offload.hpp)
+    // allocates as it would from CUDA, in host memory that no ledger counts.
+    using offload_link = OffloadLink;
 
     // A fresh, aligned, never-reused address with no memory behind it.
     static void* allocate(std::size_t bytes) {
+        void* p = fresh_address(bytes);
+        if (Ledger* ledger = Ledger::open(); ledger != nullptr && p != nullptr)
+            ledger->record(reinterpret_cast<std::uintptr_t>(p), bytes);
+        return p;
+    }
+    static void deallocate(void* p) noexcept {
+        if (p == nullptr) return;
+        if (Ledger* ledger = Ledger::open()) ledger->forget(reinterpret_cast<std::uintptr_t>(p));
+    }
+    void synchronize() const noexcept {}
+
+protected:
+    // A fresh, aligned, never-reused address (nullptr for 0 bytes).
+    static void* fresh_address(std::size_t bytes) {
         if (bytes == 0) return nullptr;
         std::uintptr_t& next = next_address();
         const std::size_t span = (bytes + alignment - 1) / alignment * alignment;
@@ -86,14 +105,8 @@ struct Device {
                               " bytes exceeds the address space");
         const std::uintptr_t address = next;
         next += span;
-        if (Ledger* ledger = Ledger::open()) ledger->record(address, bytes);
         return reinterpret_cast<void*>(address);
     }
-    static void deallocate(void* p) noexcept {
-        if (p == nullptr) return;
-        if (Ledger* ledger = Ledger::open()) ledger->forget(reinterpret_cast<std::uintptr_t>(p));
-    }
-    void synchronize() const noexcept {}
 
 private:
     // Addresses start well away from null so that a stray read faults loudly.
@@ -101,6 +114,32 @@ private:
         thread_local std::uintptr_t next = std::uintptr_t{1} << 44;
         return next;
     }
+};
+
+// Host memory seen from the metering device: addresses without bytes, like
+// Device's, that no Ledger counts (the device does not reserve them). An
+// offloaded optimizer's state and staging live here when the planner runs
+// it; Meter's kernels accept it as a Device.
+struct HostMemory : Device {
+    static constexpr const char* name = "meter (host memory)";
+    static void* allocate(std::size_t bytes) { return fresh_address(bytes); }
+    static void deallocate(void*) noexcept {}
+};
+
+// The offload link of the metering device: CUDA's protocol
+// (cuda/offload_link.hpp), moving nothing.
+struct OffloadLink {
+    using host_device = HostMemory;
+    using pinned_device = HostMemory;
+    static constexpr bool shares_memory = false;
+    static constexpr int slots = 2;
+    void begin(const Device&) {}
+    template <class T>
+    void download(int, T*, const T*, std::int64_t) {}
+    void wait(int) {}
+    template <class T>
+    void upload(T*, const T*, std::int64_t) {}
+    void end(const Device&) {}
 };
 
 }  // namespace snug::meter

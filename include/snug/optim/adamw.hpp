@@ -5,6 +5,7 @@
 // (decay or not).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -31,6 +32,7 @@ struct StateBuffer {
     DType dtype;
     void* data;
     std::int64_t count;
+    bool on_host = false;  // in host memory (an offloaded optimizer's), not the device's
 };
 
 // PyTorch AdamW's hyper-parameters (GPT-2 / llm.c defaults for betas), and
@@ -45,6 +47,11 @@ struct AdamWConfig {
     MomentStorage moments = MomentStorage::fp32;
     MasterStorage master = MasterStorage::fp32;
     std::uint64_t rounding_seed = 0x5eed'a11d'c0de'0017;  // stochastic rounding's stream (lean storage only)
+    // Where the state lives and the update runs: false, the device; true, the
+    // host (optim/offload.hpp), the gradients and weights moved a chunk of at
+    // most offload_chunk parameters at a time.
+    bool offload = false;
+    std::int64_t offload_chunk = std::int64_t{1} << 22;
 };
 
 //   Act: the working weights' type; for 16-bit types AdamW keeps fp32 master
@@ -80,8 +87,49 @@ public:
     // One update of `params` (n) from `grads` (n, fp32), which are first
     // multiplied by grad_scale (loss-scale unscaling and clipping in one factor).
     void step(const D& dev, Act* params, const float* grads, float lr, float grad_scale = 1.0f) {
-        ++steps_;
-        for (const GroupState& g : groups_) update(dev, g, params, grads, lr, grad_scale);
+        begin_update();
+        update_range(dev, params, grads, lr, grad_scale, 0, n_);
+    }
+
+    // The same update in pieces (what an offloaded optimizer does as the
+    // gradients arrive, optim/offload.hpp): begin_update() once, then
+    // update_range over pieces that cover [0, n) once each, in any order,
+    // each cut where chunks() cuts. The result is step()'s, bit for bit: every
+    // element's arithmetic and dice depend on its index only.
+    void begin_update() { ++steps_; }
+
+    // Updates parameters [begin, end): `params` and `grads` point at element
+    // `begin` (end - begin each). Throws Error for a range outside [0, n) or
+    // one that cuts an 8-bit group inside a quantisation block.
+    void update_range(const D& dev, Act* params, const float* grads, float lr, float grad_scale, std::int64_t begin,
+                      std::int64_t end) {
+        if (begin < 0 || end > n_ || begin > end)
+            throw Error("AdamW::update_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") is not within [0, " + std::to_string(n_) + ")");
+        for (const GroupState& s : groups_) {
+            const std::int64_t a = std::max(begin, s.group.offset);
+            const std::int64_t b = std::min(end, s.group.offset + s.group.count);
+            if (a >= b) continue;
+            if (s.quantized && ((a - s.group.offset) % ops::moment_block != 0 ||
+                                (b != s.group.offset + s.group.count && (b - s.group.offset) % ops::moment_block != 0)))
+                throw Error("AdamW::update_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                            ") cuts an 8-bit group (from " + std::to_string(s.group.offset) +
+                            ") inside a block of " + std::to_string(ops::moment_block));
+            update(dev, s, params + (a - begin), grads + (a - begin), lr, grad_scale, a, b);
+        }
+    }
+
+    // Pieces of at most `max_count` parameters (rounded down to a whole number
+    // of quantisation blocks, at least one) that tile [0, n) in order: each
+    // group cut from its own start, so update_range accepts every piece.
+    std::vector<std::pair<std::int64_t, std::int64_t>> chunks(std::int64_t max_count) const {
+        const std::int64_t step = std::max<std::int64_t>(ops::moment_block, max_count / ops::moment_block * ops::moment_block);
+        std::vector<std::pair<std::int64_t, std::int64_t>> out;
+        for (const GroupState& s : groups_) {
+            const std::int64_t end = s.group.offset + s.group.count;
+            for (std::int64_t a = s.group.offset; a < end; a += step) out.emplace_back(a, std::min(end, a + step));
+        }
+        return out;
     }
 
     const AdamWConfig& config() const { return config_; }
@@ -240,34 +288,36 @@ private:
         return c;
     }
 
-    // One fused pass over group g: the weights it updates in place (the
-    // master, or the weights themselves), the working copy to refresh (or
-    // none), and the moments as stored.
-    void update(const D& dev, const GroupState& s, Act* params, const float* grads, float lr, float grad_scale) {
+    // One fused pass over parameters [a, b) of group s (`params` and `grads`
+    // point at element a): the weights it updates in place (the master, or
+    // the weights themselves), the working copy to refresh (or none), and the
+    // moments as stored.
+    void update(const D& dev, const GroupState& s, Act* params, const float* grads, float lr, float grad_scale,
+                std::int64_t a, std::int64_t b) {
         const AdamWConfig& c = config_;
-        const ParameterGroup& g = s.group;
-        const float wd = g.decay ? c.weight_decay : 0.0f;
-        const std::int64_t o = g.offset;
-        const ops::AdamWRounding rounding{c.rounding_seed, o};
+        const float wd = s.group.decay ? c.weight_decay : 0.0f;
+        const std::int64_t count = b - a;
+        const std::int64_t at = s.state + (a - s.group.offset);  // the first moment element
+        const ops::AdamWRounding rounding{c.rounding_seed, a};
         auto run = [&](auto* weights, auto* working) {
-            const std::int64_t at = s.state;
             if (s.quantized) {
-                const ops::BlockwiseMoments q{m8_.data() + at, m_absmax_.data() + s.first_block, v8_.data() + at,
-                                              v_absmax_.data() + s.first_block};
-                adamw_update_8bit(dev, weights, working, grads + o, q, g.count, lr, c.beta1, c.beta2, c.eps, wd,
-                                  steps_, grad_scale, rounding);
+                const std::int64_t block = s.first_block + (a - s.group.offset) / ops::moment_block;
+                const ops::BlockwiseMoments q{m8_.data() + at, m_absmax_.data() + block, v8_.data() + at,
+                                              v_absmax_.data() + block};
+                adamw_update_8bit(dev, weights, working, grads, q, count, lr, c.beta1, c.beta2, c.eps, wd, steps_,
+                                  grad_scale, rounding);
             } else if (c.moments == MomentStorage::bf16) {
-                adamw_update(dev, weights, working, grads + o, m16_.data() + at, v16_.data() + at, g.count, lr,
-                             c.beta1, c.beta2, c.eps, wd, steps_, grad_scale, rounding);
+                adamw_update(dev, weights, working, grads, m16_.data() + at, v16_.data() + at, count, lr, c.beta1,
+                             c.beta2, c.eps, wd, steps_, grad_scale, rounding);
             } else {
-                adamw_update(dev, weights, working, grads + o, m_.data() + at, v_.data() + at, g.count, lr, c.beta1,
+                adamw_update(dev, weights, working, grads, m_.data() + at, v_.data() + at, count, lr, c.beta1,
                              c.beta2, c.eps, wd, steps_, grad_scale, rounding);
             }
         };
         if (has_master())
-            run(master_.data() + o, params + o);
+            run(master_.data() + a, params);
         else if constexpr (std::is_same_v<Act, float> || std::is_same_v<Act, bfloat16>)
-            run(params + o, static_cast<float*>(nullptr));
+            run(params, static_cast<float*>(nullptr));
     }
 
     AdamWConfig config_;

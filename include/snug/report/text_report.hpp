@@ -96,6 +96,7 @@ inline std::string render_summary(const RunSummary& s) {
     row("peak memory", fmt::format("{} ({} bytes)", format_bytes(s.peak_total), s.peak_total));
     for (MemoryCategory c : all_memory_categories)
         row(fmt::format("  {}", category_name(c)), format_bytes(s.peak_bytes[static_cast<std::size_t>(c)]));
+    if (s.host_peak > 0) row("host memory (offload)", fmt::format("{} ({} bytes)", format_bytes(s.host_peak), s.host_peak));
     return out;
 }
 
@@ -115,6 +116,10 @@ inline std::string format_memory_plan(const MemoryPlan& p) {
                    p.total, p.peak_moment);
     fmt::format_to(it, "{:<16}{:>15}{:>15}  (allocations as the device rounds them, arena chunks whole, context)\n",
                    "device reserves", format_bytes(p.reserved), "");
+    if (p.host > 0)
+        fmt::format_to(it, "{:<16}{:>15}{:>15}  (the offloaded optimizer: its state, a copy of the weights, gradient "
+                           "chunks in flight; no device budget counts it)\n",
+                       "host memory", format_bytes(p.host), "");
     return out;
 }
 
@@ -300,6 +305,9 @@ public:
         if (p.lean && p.lean_run)
             line(fmt::format("\nwith lean optimizer state ({}: {}):\n{}", p.lean_run->optimizer_name(),
                              p.lean_run->optimizer_flags(), format_budget_plan(*p.lean)));
+        if (p.offloaded && p.offload_run)
+            line(fmt::format("\nwith the optimizer offloaded to the host ({}: {}):\n{}", p.offload_run->optimizer_name(),
+                             p.offload_run->optimizer_flags(), format_budget_plan(*p.offloaded)));
         line(fmt::format("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n{}",
                          format_model_fit(p.largest)));
     }

@@ -274,6 +274,19 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         run(rungs.back());
     }
 
+    // 7: the kept configuration with its optimizer offloaded to the host:
+    // the same arithmetic (the same losses, bit for bit), no optimizer state
+    // or master weights on the device; what it costs is time.
+    {
+        LadderRung r = make("7 optimizer offload", kept.options.run.precision, kept.options.run.micro_batch,
+                            kept.options.run.accumulation, T, kept.options.run.checkpoint);
+        r.options.run = r.options.run.with_offload();
+        r.predicted = predict_rung(r.options, config, target);
+        r.note = "continues from " + kept.name;
+        rungs.push_back(std::move(r));
+        run(rungs.back());
+    }
+
     // Loss per unit of compute, at the smallest total any rung reached.
     double common = 0.0;
     for (const LadderRung& r : rungs)
@@ -317,6 +330,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
                 {"checkpoint", r.options.run.checkpoint_name()},
                 {"optimizer_state", std::string(moment_storage_name(r.options.run.moments))},
                 {"master", std::string(master_storage_name(r.options.run.master))},
+                {"offload", r.options.run.offload},
+                {"host_peak_bytes", r.ran ? nlohmann::json(r.result.host_peak) : nlohmann::json(nullptr)},
                 {"ran", r.ran},
                 {"needed", r.needed},
                 {"fits", r.fits},

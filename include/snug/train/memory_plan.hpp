@@ -106,6 +106,7 @@ struct RunShape {
     int accumulation = 1;               // n: micro-batches per update
     MomentStorage moments = MomentStorage::fp32;  // AdamW's moments (the optimizer-memory policy)
     MasterStorage master = MasterStorage::fp32;   // AdamW's master weights (none: bf16 weights only)
+    bool offload = false;                         // AdamW's state in host memory, its update on the CPU
     std::vector<Recompute> recompute;   // one mode per block; empty: every block keeps everything
     std::size_t backend_workspace = 0;  // the cuBLASLt workspace on CUDA (cuda::Blas::workspace_bytes()); 0 on the host
     int sampling_window = 0;            // int32 ids of the trainer's sampling window (train_gpt: max_seq_len); 0: none
@@ -161,6 +162,10 @@ struct MemoryPlan {
     std::size_t context = 0;
     // What a budget is checked against: `reserved` for a device, else `total`.
     std::size_t required = 0;
+    // Host memory an offloaded optimizer holds (its state, the host copy of
+    // the weights and the gradient chunks in flight, as on CUDA); 0 unless
+    // offloaded. No device budget counts it.
+    std::size_t host = 0;
 
     std::size_t operator[](MemoryCategory c) const { return peak[static_cast<std::size_t>(c)]; }
 };

@@ -192,6 +192,7 @@ struct RunSummary {
     std::optional<double> loss_at_equal_flops;
     MemoryBreakdown peak_bytes{};
     std::size_t peak_total = 0;
+    std::size_t host_peak = 0;  // an offloaded optimizer's host memory (the run sets it; 0 otherwise)
 };
 
 // Summarises a run's records. `flops_budget` (nullopt: the run's total model

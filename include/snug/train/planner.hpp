@@ -93,6 +93,7 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     TrainConfig train_config;
     train_config.adamw.moments = in.moments;
     train_config.adamw.master = in.master;
+    train_config.adamw.offload = in.offload;
     TrainStep<MeterModel, Precision, accumulate::Steps, checkpoint::Given> step(
         model, tracker, dev, train_config, Precision{}, accumulate::Steps(in.accumulation),
         checkpoint::Given{in.modes(model.num_blocks())});
@@ -132,6 +133,7 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     plan.context = device.context;
     plan.reserved = ledger.peak_bytes() + plan.context;
     plan.required = in.device ? plan.reserved : plan.total;
+    plan.host = step.optimizer().host_memory().peak_total();
     return plan;
 }
 

@@ -44,6 +44,7 @@ struct RunResult {
     MemoryBreakdown at_peak{};      // the categories at the moment of the total's peak (they sum to it)
     std::size_t peak_total = 0;
     std::size_t driver_peak = 0;    // CUDA: the driver's used memory for this run (Session); 0 on the host
+    std::size_t host_peak = 0;      // an offloaded optimizer's host memory (state and staging); 0 otherwise
 };
 
 // One rung of the VRAM ladder (ladder.hpp): its configuration, what it
@@ -75,6 +76,10 @@ struct PlanAnswer {
     // the same search with lean state (the order of operations' next step).
     std::optional<RunSpec> lean_run;
     std::optional<BudgetPlan> lean;
+    // When that does not fit either and the optimizer is on the device: the
+    // search with the run's own optimizer state offloaded to the host.
+    std::optional<RunSpec> offload_run;
+    std::optional<BudgetPlan> offloaded;
     ModelFit largest;
 };
 

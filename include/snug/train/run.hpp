@@ -115,7 +115,10 @@ std::vector<float> master_weights(Step& step, const Dev& dev) {
     if constexpr (std::is_same_v<Act, float>) {
         download(dev, w.data(), step.model().parameters(), P);
     } else if (step.optimizer().master() != nullptr) {
-        download(dev, w.data(), step.optimizer().master(), P);
+        if (step.optimizer().offloaded())
+            download(Host{}, w.data(), step.optimizer().master(), P);
+        else
+            download(dev, w.data(), step.optimizer().master(), P);
     } else {
         std::vector<Act> working(w.size());
         download(dev, working.data(), step.model().parameters(), P);
@@ -171,6 +174,8 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
         {"checkpoint", o.run.checkpoint_name()},
         {"optimizer_state", std::string(moment_storage_name(o.run.moments))},
         {"master", std::string(master_storage_name(o.run.master))},
+        {"offload", o.run.offload},
+        {"host_peak_bytes", r.host_peak},
         {"recompute_plan", r.recompute_plan},
         {"micro_batch", o.run.micro_batch},
         {"seq", o.run.seq},
@@ -225,6 +230,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         tc.adamw.weight_decay = o.weight_decay;
         tc.adamw.moments = o.run.moments;
         tc.adamw.master = o.run.master;
+        tc.adamw.offload = o.run.offload;
         tc.max_grad_norm = o.clip;
         const bool master_copy = act_bytes < sizeof(float) && o.run.master == MasterStorage::fp32;
         const auto [moment_bytes, master_bytes] =
@@ -367,9 +373,11 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             result.peak_bytes[static_cast<std::size_t>(c)] = s.tracker.peak(c);
         result.at_peak = s.tracker.peak_breakdown();
         result.peak_total = s.tracker.peak_total();
+        result.host_peak = step.optimizer().host_memory().peak_total();
         result.summary = summarize(
             result.records, o.flops_budget > 0.0 ? std::optional<double>(o.flops_budget) : std::nullopt, data.floor);
         result.summary.first_val_loss = result.first_val_loss;
+        result.summary.host_peak = result.host_peak;
         if (result.interrupted || result.exit_code != 0) return result;
 
         save_state(o.steps, wall());

@@ -78,14 +78,22 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     const MemoryPlanInput in = plan_input(o, config, plan_target(device));
     answer.asked = memory_outlook(in, answer.budget);
     answer.fastest = plan_for_budget(in, o.run.micro_batch * o.run.accumulation, answer.budget);
-    // Nothing fits even fully checkpointed: the optimizer's state is next.
+    // Nothing fits even fully checkpointed: the optimizer's state is next,
+    // leaner (on the device), then on the host.
+    const int wanted = o.run.micro_batch * o.run.accumulation;
     const RunSpec lean = o.run.with_lean_optimizer();
-    if (!answer.fastest.fits && lean.optimizer_flags() != o.run.optimizer_flags()) {
+    if (!answer.fastest.fits && !o.run.offload && lean.optimizer_flags() != o.run.optimizer_flags()) {
         MemoryPlanInput lean_in = in;
         lean_in.moments = lean.moments;
         lean_in.master = lean.master;
         answer.lean_run = lean;
-        answer.lean = plan_for_budget(lean_in, o.run.micro_batch * o.run.accumulation, answer.budget);
+        answer.lean = plan_for_budget(lean_in, wanted, answer.budget);
+    }
+    if (!answer.fastest.fits && !o.run.offload && !(answer.lean && answer.lean->fits)) {
+        MemoryPlanInput offload_in = in;
+        offload_in.offload = true;
+        answer.offload_run = o.run.with_offload();
+        answer.offloaded = plan_for_budget(offload_in, wanted, answer.budget);
     }
     MemoryPlanInput one = in;
     one.micro_batch = 1;

@@ -107,9 +107,11 @@ struct RunSpec {
     int micro_batch = 32;   // B: sequences per forward
     int seq = 32;           // T: tokens per sequence
     int accumulation = 1;   // n: micro-batches per update
-    // The optimizer-memory policy (optim/adamw.hpp): AdamW's moments and master weights.
+    // The optimizer-memory policy (optim/adamw.hpp): AdamW's moments and master
+    // weights, and where they live (offload: host memory, the update on the CPU).
     MomentStorage moments = MomentStorage::fp32;
     MasterStorage master = MasterStorage::fp32;
+    bool offload = false;
 
     const char* precision_name() const { return precision_kind_name(precision); }
     const char* checkpoint_name() const { return checkpoint_kind_name(checkpoint); }
@@ -121,19 +123,26 @@ struct RunSpec {
         s.master = precision == PrecisionKind::bf16 ? MasterStorage::none : MasterStorage::fp32;
         return s;
     }
+    // This spec with its optimizer offloaded to the host (same storage).
+    RunSpec with_offload() const {
+        RunSpec s = *this;
+        s.offload = true;
+        return s;
+    }
     // The command-line flags that choose this spec's optimizer state
-    // ("--optimizer-state bf16 --master none"; empty for the default).
+    // ("--optimizer-state bf16 --master none --offload"; empty for the default).
     std::string optimizer_flags() const {
         std::string f;
-        if (moments != MomentStorage::fp32) f += "--optimizer-state " + std::string(moment_storage_name(moments));
-        if (master != MasterStorage::fp32)
-            f += std::string(f.empty() ? "" : " ") + "--master " + std::string(master_storage_name(master));
+        auto add = [&](const std::string& flag) { f += (f.empty() ? "" : " ") + flag; };
+        if (moments != MomentStorage::fp32) add("--optimizer-state " + std::string(moment_storage_name(moments)));
+        if (master != MasterStorage::fp32) add("--master " + std::string(master_storage_name(master)));
+        if (offload) add("--offload");
         return f;
     }
-    // "AdamW moments fp32, master fp32" and the like.
+    // "AdamW moments fp32, master fp32" and the like, ", offloaded to the host" when it is.
     std::string optimizer_name() const {
         return "AdamW moments " + std::string(moment_storage_name(moments)) + ", master " +
-               std::string(master_storage_name(master));
+               std::string(master_storage_name(master)) + (offload ? ", offloaded to the host" : "");
     }
     std::int64_t tokens_per_update() const { return std::int64_t{accumulation} * micro_batch * seq; }
 
@@ -164,6 +173,7 @@ inline MemoryPlanInput plan_input_for(const RunSpec& spec, const GPTConfig& conf
     in.accumulation = spec.accumulation;
     in.moments = spec.moments;
     in.master = spec.master;
+    in.offload = spec.offload;
     in.backend_workspace = target.backend_workspace;
     in.device = target.device;
     in.sampling_window = sampling_window;

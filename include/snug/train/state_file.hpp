@@ -329,8 +329,8 @@ constexpr const char* scaler_kind() {
 
 // The sections of a step: its working weights, then every buffer of its
 // optimizer's state (AdamW::state_buffers, in that order).
-template <class Act, class Optimizer>
-std::vector<SectionSpec> section_specs(std::int64_t n, Optimizer& opt) {
+template <class Act, class Opt>
+std::vector<SectionSpec> section_specs(std::int64_t n, Opt& opt) {
     std::vector<SectionSpec> s{{"weights", dtype_of<Act>, n}};
     for (const StateBuffer& b : opt.state_buffers()) s.push_back({b.name, b.dtype, b.count});
     return s;
@@ -815,13 +815,16 @@ void save_training_state(const std::filesystem::path& path,
         put(header.data(), header.size());
         pad();
         report();
-        auto section = [&]<class T>(const T* src, std::int64_t count) {
+        auto section = [&]<class T>(const T* src, std::int64_t count, bool on_host) {
             const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, options.chunk_bytes / sizeof(T)));
             std::vector<T> buf(static_cast<std::size_t>(std::min(count, chunk)));
             Crc32 crc;
             for (std::int64_t done = 0; done < count;) {
                 const std::int64_t k = std::min(chunk, count - done);
-                download(dev, buf.data(), src + done, k);
+                if (on_host)
+                    download(Host{}, buf.data(), src + done, k);
+                else
+                    download(dev, buf.data(), src + done, k);
                 const auto bytes = static_cast<std::size_t>(k) * sizeof(T);
                 crc.update(buf.data(), bytes);
                 put(buf.data(), bytes);
@@ -834,9 +837,10 @@ void save_training_state(const std::filesystem::path& path,
             pad();
             report();
         };
-        section(static_cast<const Act*>(model.parameters()), n);
+        section(static_cast<const Act*>(model.parameters()), n, false);
         for (const StateBuffer& b : opt.state_buffers())
-            sf::with_section_type(b.dtype, [&]<class T>(T*) { section(static_cast<const T*>(b.data), b.count); });
+            sf::with_section_type(b.dtype,
+                                  [&]<class T>(T*) { section(static_cast<const T*>(b.data), b.count, b.on_host); });
         if (written != file_bytes)
             throw Error(file + ": wrote " + std::to_string(written) + " bytes, the header says " +
                         std::to_string(file_bytes) + " (a bug in save_training_state)");
@@ -967,16 +971,20 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     }
 
     // Pass 2: into the step.
-    auto load = [&]<class T>(const StateSection& s, T* dst) {
-        if (!sf::stream_section<T>(f, s, options.chunk_bytes, dev, dst))
+    auto load = [&]<class T>(const StateSection& s, T* dst, bool on_host) {
+        const bool ok = on_host ? sf::stream_section<T>(f, s, options.chunk_bytes, Host{}, dst)
+                                : sf::stream_section<T>(f, s, options.chunk_bytes, dev, dst);
+        if (!ok)
             throw FileError(file + ": section '" + s.name +
                             "' changed on disk while it was being loaded; the training step is now partly "
                             "overwritten: load a good file again");
     };
     std::size_t i = 0;
-    load(info.sections[i++], model.parameters());
+    load(info.sections[i++], model.parameters(), false);
+    opt.weights_loaded(dev, model.parameters());
     for (const StateBuffer& b : opt.state_buffers())
-        sf::with_section_type(b.dtype, [&]<class T>(T*) { load(info.sections[i++], static_cast<T*>(b.data)); });
+        sf::with_section_type(b.dtype,
+                              [&]<class T>(T*) { load(info.sections[i++], static_cast<T*>(b.data), b.on_host); });
     opt.set_steps(info.optimizer_steps);
     if constexpr (Precision::has_loss_scaler) step.scaler.restore(*info.loss_scaler);
     step.restore_skipped_steps(info.skipped_steps);

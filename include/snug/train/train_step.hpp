@@ -12,8 +12,10 @@
 //   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
 //                    global norm, clip factor
 //                    overflow → skip: weights, moments and step count untouched
-//                    else AdamW (state as TrainConfig::adamw stores it: fp32 or bf16
-//                    moments, fp32 master or none) and the working copy cast
+//                    else AdamW (state as TrainConfig::adamw stores it: fp32, bf16 or
+//                    8-bit moments, fp32 master or none; on the device, or offloaded:
+//                    gradients to the host, the update on the CPU, weights back)
+//                    and the working copy cast
 //                    the scaler's update
 // Every buffer it owns comes from the MemoryTracker.
 #pragma once
@@ -33,8 +35,8 @@
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/ops/kernels.hpp"
-#include "snug/optim/adamw.hpp"
 #include "snug/optim/grad_norm.hpp"
+#include "snug/optim/optimizer.hpp"
 #include "snug/precision/policies.hpp"
 
 namespace snug {
@@ -124,7 +126,8 @@ public:
           Checkpoint(std::move(checkpoint)),
           model_(model),
           config_(config),
-          optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw, initial_weights),
+          optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
+                     static_cast<const Act*>(model.parameters()), &initial_weights),
           grad_norm_(tracker),
           found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
           loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
@@ -140,7 +143,7 @@ public:
           model_(model),
           config_(config),
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
-                     static_cast<const Act*>(model.parameters())),
+                     static_cast<const Act*>(model.parameters()), nullptr),
           grad_norm_(tracker),
           found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
           loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
@@ -197,7 +200,7 @@ public:
         if (n < 0) throw ConfigError("TrainStep: skipped steps = " + std::to_string(n) + " must be >= 0");
         skipped_ = n;
     }
-    AdamW<Act, D>& optimizer() { return optimizer_; }
+    Optimizer<Act, D>& optimizer() { return optimizer_; }
     const TrainConfig& config() const { return config_; }
     Model& model() { return model_; }
     // The recompute plan in force (after the first step at a shape).
@@ -218,7 +221,7 @@ private:
 
     Model& model_;
     TrainConfig config_;
-    AdamW<Act, D> optimizer_;
+    Optimizer<Act, D> optimizer_;
     GradNorm<D> grad_norm_;
     Buffer<float, D> found_inf_;
     Buffer<double, D> loss_sum_;  // (1) this update's token losses, summed on the device

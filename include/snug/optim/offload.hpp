@@ -1,0 +1,146 @@
+// OffloadedAdamW<Act, D>: AdamW with its state — master weights and moments,
+// in any storage — in host memory and its update on the CPU, as ZeRO-Offload
+// places it. The device keeps the working weights and the fp32 gradients
+// only. One update, over the device's offload link (D::offload_link: a second
+// stream on CUDA, cuda/offload_link.hpp):
+//   the gradients go to the host a chunk at a time (chunks cut where AdamW
+//   allows, AdamW::chunks), into one of two pinned slots;
+//   the host backend's AdamW (vectorised, multi-threaded) updates a chunk
+//   while the next one arrives, writing the new working weights into a
+//   pinned host copy;
+//   each updated chunk goes back at once; the compute stream waits for the
+//   last before the next forward reads the weights.
+// The arithmetic is AdamW's on the host backend, which gives the CUDA
+// kernel's bits (tests/cuda/optim_test.cu), and AdamW's pieces give step()'s
+// bits: an offloaded run equals one on the device, bit for bit, and a state
+// file saved either way resumes the other way.
+// On the host backend the device's memory is host memory: the state moves
+// from the device's ledger to the host's and the update runs in place.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "snug/core/buffer.hpp"
+#include "snug/core/device.hpp"
+#include "snug/core/memory_tracker.hpp"
+#include "snug/host/offload_link.hpp"
+#include "snug/meter/device.hpp"
+#include "snug/ops/kernels.hpp"
+#include "snug/optim/adamw.hpp"
+#include "snug/optim/parameter_group.hpp"
+#if defined(SNUG_CUDA_BACKEND)
+#include "snug/cuda/offload_link.hpp"
+#endif
+
+namespace snug {
+
+//   Act: the working weights' type (as AdamW's)
+//   D:   the device tag whose memory holds the working weights and gradients
+template <class Act, DeviceTag D>
+class OffloadedAdamW {
+    using Link = typename D::offload_link;
+    using H = typename Link::host_device;        // where the state lives and the update runs
+    using Pinned = typename Link::pinned_device;  // the staging buffers
+
+public:
+    // The state starts as AdamW's does: master weights from `initial` (host
+    // fp32) when given, else from the device's working weights `params` (n).
+    // Host bytes (state and staging) are recorded in `host_tracker`.
+    OffloadedAdamW(const D& dev, MemoryTracker& host_tracker, std::int64_t n, std::vector<ParameterGroup> groups,
+                   const AdamWConfig& config, const Act* params, const std::vector<float>* initial)
+        : weights_(host_tracker, MemoryCategory::parameters, Link::shares_memory ? 0 : count(n),
+                   "offload: host copy of the working weights"),
+          state_(make_state(dev, host_tracker, n, std::move(groups), config, params, initial)),
+          chunks_(state_.chunks(config.offload_chunk)),
+          grads_(host_tracker, MemoryCategory::gradients, Link::shares_memory ? 0 : Link::slots * count(longest()),
+                 "offload: gradient chunks in flight") {}
+
+    // One update of the device's `params` (n) from its `grads` (n, fp32),
+    // multiplied by grad_scale first, as AdamW::step.
+    void step(const D& dev, Act* params, const float* grads, float lr, float grad_scale = 1.0f) {
+        state_.begin_update();
+        if constexpr (Link::shares_memory) {
+            state_.update_range(H{}, params, grads, lr, grad_scale, 0, state_.size());
+        } else {
+            if (chunks_.empty()) return;
+            link_.begin(dev);
+            const std::int64_t slot_size = longest();
+            auto slot = [&](std::size_t k) { return grads_.data() + static_cast<std::int64_t>(k % Link::slots) * slot_size; };
+            auto fetch = [&](std::size_t k) {
+                const auto [a, b] = chunks_[k];
+                link_.download(static_cast<int>(k % Link::slots), slot(k), grads + a, b - a);
+            };
+            fetch(0);
+            for (std::size_t k = 0; k < chunks_.size(); ++k) {
+                if (k + 1 < chunks_.size()) fetch(k + 1);  // arrives while this chunk is computed on
+                link_.wait(static_cast<int>(k % Link::slots));
+                const auto [a, b] = chunks_[k];
+                state_.update_range(H{}, weights_.data() + a, slot(k), lr, grad_scale, a, b);
+                link_.upload(params + a, weights_.data() + a, b - a);
+            }
+            link_.end(dev);
+        }
+    }
+
+    // The device's working weights changed outside step() (a state file was
+    // loaded): the host copy the update starts from follows them.
+    void weights_loaded(const D& dev, const Act* params) {
+        if constexpr (!Link::shares_memory) download(dev, weights_.data(), params, state_.size());
+    }
+
+    const AdamWConfig& config() const { return state_.config(); }
+    int steps() const { return state_.steps(); }
+    void set_steps(int steps) { state_.set_steps(steps); }
+    std::int64_t size() const { return state_.size(); }
+    bool has_master() const { return state_.has_master(); }
+    // Host pointers (or nullptr, as AdamW's).
+    float* master() { return state_.master(); }
+    float* first_moment() { return state_.first_moment(); }
+    float* second_moment() { return state_.second_moment(); }
+    // AdamW's buffers, in host memory.
+    std::vector<StateBuffer> state_buffers() {
+        std::vector<StateBuffer> out = state_.state_buffers();
+        for (StateBuffer& b : out) b.on_host = true;
+        return out;
+    }
+    // The pieces one update moves and computes on, in order.
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& chunks() const { return chunks_; }
+
+private:
+    static std::size_t count(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+    std::int64_t longest() const {
+        std::int64_t m = 0;
+        for (const auto& [a, b] : chunks_) m = std::max(m, b - a);
+        return m;
+    }
+
+    AdamW<Act, H> make_state(const D& dev, MemoryTracker& host_tracker, std::int64_t n, std::vector<ParameterGroup> groups,
+                             const AdamWConfig& config, const Act* params, const std::vector<float>* initial) {
+        if (config.offload_chunk < 1)
+            throw ConfigError("AdamW offload: offload_chunk = " + std::to_string(config.offload_chunk) +
+                              " parameters per transfer must be at least 1");
+        // The host copy of the weights starts as the device's (the update
+        // writes it in place when there is no master).
+        const Act* working = params;
+        if constexpr (!Link::shares_memory) {
+            download(dev, weights_.data(), params, n);
+            working = weights_.data();
+        }
+        if (initial != nullptr) return AdamW<Act, H>(H{}, host_tracker, n, std::move(groups), config, *initial);
+        return AdamW<Act, H>(H{}, host_tracker, n, std::move(groups), config, working);
+    }
+
+    Buffer<Act, Pinned> weights_;  // (n) the working weights on the host: what the update writes and uploads
+    AdamW<Act, H> state_;
+    std::vector<std::pair<std::int64_t, std::int64_t>> chunks_;
+    Buffer<float, Pinned> grads_;  // (slots, longest chunk) gradient chunks as they arrive
+    [[no_unique_address]] Link link_;
+};
+
+}  // namespace snug
