@@ -22,6 +22,7 @@
 #include <random>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "snug/core/half.hpp"
@@ -68,6 +69,38 @@ TEST_CASE("the 8-bit code tables are the decades they are defined as", "[adamw][
     CHECK(c.first[64] == Approx(0.1 + 0.9 / 64).epsilon(1e-6));
     CHECK(c.second[1] == Approx(1e-7).epsilon(1e-6));
     CHECK(c.second[128] == Approx(0.1 + 0.9 / 128).epsilon(1e-6));
+}
+
+TEST_CASE("the code search finds the largest entry at or below a value, as a scan does", "[adamw][8bit]") {
+    // At every entry, its float neighbours, midpoints, and random values over
+    // all decades, against a plain scan.
+    auto scan = [](const float* table, int n, float x) {
+        int k = 0;
+        while (k + 1 < n && table[k + 1] <= x) ++k;
+        return k;
+    };
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<double> exponent(-9.0, 0.0);
+    for (const auto& [table, n] : {std::pair{moment_codes.first, 128}, std::pair{moment_codes.second, 256}}) {
+        std::vector<float> xs;
+        for (int k = 0; k < n; ++k) {
+            xs.push_back(table[k]);
+            xs.push_back(std::nextafter(table[k], 2.0f));
+            xs.push_back(std::nextafter(table[k], -1.0f));
+            if (k + 1 < n) xs.push_back(0.5f * (table[k] + table[k + 1]));
+        }
+        for (int i = 0; i < 20000; ++i) xs.push_back(static_cast<float>(std::pow(10.0, exponent(gen))));
+        std::size_t wrong = 0, tried = 0;
+        for (const float x : xs) {
+            if (!(x >= table[0] && x < table[n - 1])) continue;  // the search's domain
+            ++tried;
+            const int want = scan(table, n, x);
+            const int got = snug::ops::code_at_or_below(table, n, x);
+            if (got != want && ++wrong <= 5) FAIL_CHECK("x = " << x << ": code " << got << ", the scan says " << want);
+        }
+        CHECK(tried > 15000);
+        CHECK(wrong == 0);
+    }
 }
 
 // The mean of dequantise(quantise(x)) over `dice` Philox words.

@@ -114,6 +114,23 @@ SNUG_HD float canonical_nan() {
 // block as non-finite).
 SNUG_HD float stored_absmax(float max) { return max <= 3.40282347e38f ? max : canonical_nan(); }
 
+// The largest k with table[k] <= x, for table[0] <= x < table[n - 1]. The
+// search uses the tables' shape (n a power of two; the decade of n / 2^d
+// codes at indices [n / 2^d, n / 2^(d-1)), linearly spaced from the entry
+// below it): step down the decades to x's, guess the index from x's place in
+// it, and correct the guess against the table, so the result is exact in a
+// few comparisons.
+SNUG_HD int code_at_or_below(const float* table, int n, float x) {
+    int half = n / 2;  // x's decade: indices [half, 2 half), above table[half - 1]
+    while (half > 1 && x <= table[half - 1]) half /= 2;
+    const float bottom = table[half - 1], top = table[2 * half - 1];
+    int k = half - 1 + static_cast<int>((x - bottom) / (top - bottom) * static_cast<float>(half));
+    k = k < half - 1 ? half - 1 : (k > 2 * half - 1 ? 2 * half - 1 : k);
+    while (k + 1 < n && table[k + 1] <= x) ++k;
+    while (k > 0 && table[k] > x) --k;
+    return k;
+}
+
 // Index of the code of `table` (n ascending entries) that x rounds to: the
 // largest entry <= x, or the next one above with probability (x - lo) / (hi
 // - lo), decided by 24 bits of `die` against the distance in fp32 (the same
@@ -121,15 +138,8 @@ SNUG_HD float stored_absmax(float max) { return max <= 3.40282347e38f ? max : ca
 // the first entry (or NaN): 0; at or above the last: n - 1.
 SNUG_HD int round_to_code(const float* table, int n, float x, std::uint32_t die) {
     if (!(x >= table[0])) return 0;
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {  // the largest k with table[k] <= x
-        const int mid = (lo + hi + 1) / 2;
-        if (table[mid] <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    if (lo == n - 1) return lo;
+    if (x >= table[n - 1]) return n - 1;
+    const int lo = code_at_or_below(table, n, x);
     const float below = x - table[lo];
     const float gap = table[lo + 1] - table[lo];
     return below > bits_to_uniform(die) * gap ? lo + 1 : lo;

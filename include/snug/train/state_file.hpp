@@ -104,6 +104,9 @@
 //     "second_moment"         N - Q f32
 //   A code's value is table[code] x absmax; the tables (value / absmax, each
 //   ascending to 1) are defined in include/snug/ops/moment_quantization.hpp.
+//   Where the state lived (on the device, or offloaded to the host) is not
+//   recorded: the bytes are the same either way, and a state saved one way
+//   resumes the other.
 //
 // Loading checks, in this order, and throws snug::FileError naming the file and
 // the problem: the magic ("not a snug training-state file"), the version, the
