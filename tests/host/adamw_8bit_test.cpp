@@ -37,7 +37,9 @@ using snug::bfloat16;
 using snug::host::Device;
 using snug::ops::moment_block;
 using snug::ops::moment_codes;
+using snug::test::AdamWHyper;
 using snug::test::random_grad;
+using snug::test::to_double;
 using snug::test::reference_round_bf16;
 
 TEST_CASE("the 8-bit code tables are the decades they are defined as", "[adamw][8bit]") {
@@ -160,16 +162,6 @@ TEST_CASE("8-bit quantisation is unbiased between neighbouring codes, and exact 
     }
 }
 
-struct Hyper {
-    float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
-    int step = 3;
-    float grad_scale = 0.5f;
-};
-
-template <class T>
-double widen(T x) {
-    return static_cast<double>(static_cast<float>(x));
-}
 
 // The reference's code for the double value a = |x| / absmax in `table`:
 // the largest entry <= a, or the next with probability (a - lo) / (hi - lo)
@@ -195,7 +187,7 @@ struct Agreement {
 // One update of n weights (P: fp32 master or bf16 without one) from random
 // 8-bit state, against the float64 reference.
 template <class P>
-void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::int64_t first_index,
+void check_one_update(std::size_t n, const AdamWHyper& h, std::uint64_t seed, std::int64_t first_index,
                       std::uint32_t data_seed) {
     INFO("n = " << n << ", step " << h.step << ", first index " << first_index);
     const std::size_t blocks = static_cast<std::size_t>(snug::ops::moment_blocks(std::int64_t(n)));
@@ -234,7 +226,7 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
             const double g = double(grad[i]) * double(h.grad_scale);
             const double mn = b1 * m_old + (1 - b1) * g;
             const double vn = b2 * v_old + (1 - b2) * g * g;
-            const double decayed = widen(p0[i]) - double(h.lr) * double(h.weight_decay) * widen(p0[i]);
+            const double decayed = to_double(p0[i]) - double(h.lr) * double(h.weight_decay) * to_double(p0[i]);
             const double adam = double(h.lr) * (mn / (1 - std::pow(b1, h.step))) /
                                 (std::sqrt(vn / (1 - std::pow(b2, h.step))) + double(h.eps));
             m_new[i - begin] = mn;
@@ -258,14 +250,14 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
             codes_v.add(vq[i], reference_code(moment_codes.second, 256, v_new[i - begin] / v_max, dice.v[1]));
             if constexpr (std::is_same_v<P, bfloat16>) {
                 const double want = reference_round_bf16(p_new[i - begin], dice.v[2]);
-                if (widen(p[i]) != want) {
+                if (to_double(p[i]) != want) {
                     int e = 0;
-                    std::frexp(std::max(std::abs(widen(p[i])), std::abs(want)), &e);
-                    if (std::abs(widen(p[i]) - want) <= std::ldexp(1.0, e - 8)) ++p_one_step;
+                    std::frexp(std::max(std::abs(to_double(p[i])), std::abs(want)), &e);
+                    if (std::abs(to_double(p[i]) - want) <= std::ldexp(1.0, e - 8)) ++p_one_step;
                     else ++p_worse;
                 }
             } else {
-                p_error = std::max(p_error, std::abs(widen(p[i]) - p_new[i - begin]) / terms[i - begin]);
+                p_error = std::max(p_error, std::abs(to_double(p[i]) - p_new[i - begin]) / terms[i - begin]);
             }
         }
     }
@@ -287,12 +279,12 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
 
 TEST_CASE("adamw_update_8bit follows a float64 reference of the same quantisation", "[adamw][8bit]") {
     SECTION("fp32 master, whole and partial blocks") {
-        check_one_update<float>(100'003, Hyper{}, 1, 0, 1);
-        check_one_update<float>(1'000, Hyper{3e-4f, 0.8f, 0.999f, 1e-6f, 0.0f, 1, 1.0f}, 99, 12345, 2);
-        check_one_update<float>(7, Hyper{}, 3, 5, 3);  // one partial block
+        check_one_update<float>(100'003, AdamWHyper{}, 1, 0, 1);
+        check_one_update<float>(1'000, AdamWHyper{3e-4f, 0.8f, 0.999f, 1e-6f, 0.0f, 1, 1.0f}, 99, 12345, 2);
+        check_one_update<float>(7, AdamWHyper{}, 3, 5, 3);  // one partial block
     }
     SECTION("bf16 weights without a master, parallel ranges") {
-        check_one_update<bfloat16>(300'007, Hyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1000, 0.25f}, 6, 1 << 20, 5);
+        check_one_update<bfloat16>(300'007, AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1000, 0.25f}, 6, 1 << 20, 5);
     }
 }
 

@@ -29,19 +29,11 @@ namespace {
 
 using snug::bfloat16;
 using snug::host::Device;
+using snug::test::AdamWHyper;
 using snug::test::random_grad;
+using snug::test::to_double;
 using snug::test::reference_round_bf16;
 
-struct Hyper {
-    float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
-    int step = 3;
-    float grad_scale = 0.5f;
-};
-
-template <class T>
-double widen(T x) {
-    return static_cast<double>(static_cast<float>(x));
-}
 
 template <class T>
 std::vector<T> random_state(std::size_t n, std::uint32_t seed, float lo, float hi) {
@@ -61,7 +53,7 @@ struct Agreement {
 // One update of P weights and M moments (master = P: fp32 master or bf16
 // weights; no working copy) from random state, against the reference.
 template <class P, class M>
-void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::int64_t first_index,
+void check_one_update(std::size_t n, const AdamWHyper& h, std::uint64_t seed, std::int64_t first_index,
                       std::uint32_t data_seed) {
     INFO("n = " << n << ", step " << h.step << ", first index " << first_index);
     std::vector<P> p = random_state<P>(n, data_seed, -1.0f, 1.0f);
@@ -88,28 +80,28 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
     };
     for (std::size_t i = 0; i < n; ++i) {
         const double g = double(grad[i]) * double(h.grad_scale);
-        const double m_new = b1 * widen(m0[i]) + (1 - b1) * g;
-        const double v_new = b2 * widen(v0[i]) + (1 - b2) * g * g;
-        const double decayed = widen(p0[i]) - double(h.lr) * double(h.weight_decay) * widen(p0[i]);
+        const double m_new = b1 * to_double(m0[i]) + (1 - b1) * g;
+        const double v_new = b2 * to_double(v0[i]) + (1 - b2) * g * g;
+        const double decayed = to_double(p0[i]) - double(h.lr) * double(h.weight_decay) * to_double(p0[i]);
         const double adam = double(h.lr) * (m_new / (1 - std::pow(b1, h.step))) /
                             (std::sqrt(v_new / (1 - std::pow(b2, h.step))) + double(h.eps));
         const double p_new = decayed - adam;
         const snug::Philox4 dice =
             snug::random_block(seed, std::uint64_t(h.step), std::uint64_t(first_index + std::int64_t(i)));
         if constexpr (std::is_same_v<M, bfloat16>) {
-            compare(agree_m, widen(m[i]), reference_round_bf16(m_new, dice.v[0]));
-            compare(agree_v, widen(v[i]), reference_round_bf16(v_new, dice.v[1]));
+            compare(agree_m, to_double(m[i]), reference_round_bf16(m_new, dice.v[0]));
+            compare(agree_v, to_double(v[i]), reference_round_bf16(v_new, dice.v[1]));
         } else {
             // m sums terms that may cancel: fp32 keeps it relative to their size.
-            const double terms = b1 * std::abs(widen(m0[i])) + (1 - b1) * std::abs(g);
-            fp32_error = std::max(fp32_error, std::abs(widen(m[i]) - m_new) / terms);
-            fp32_error = std::max(fp32_error, std::abs(widen(v[i]) - v_new) / v_new);
+            const double terms = b1 * std::abs(to_double(m0[i])) + (1 - b1) * std::abs(g);
+            fp32_error = std::max(fp32_error, std::abs(to_double(m[i]) - m_new) / terms);
+            fp32_error = std::max(fp32_error, std::abs(to_double(v[i]) - v_new) / v_new);
         }
         if constexpr (std::is_same_v<P, bfloat16>)
-            compare(agree_p, widen(p[i]), reference_round_bf16(p_new, dice.v[2]));
+            compare(agree_p, to_double(p[i]), reference_round_bf16(p_new, dice.v[2]));
         else
             // p is a difference of two terms: fp32 keeps it relative to their size.
-            fp32_error = std::max(fp32_error, std::abs(widen(p[i]) - p_new) / (std::abs(decayed) + std::abs(adam)));
+            fp32_error = std::max(fp32_error, std::abs(to_double(p[i]) - p_new) / (std::abs(decayed) + std::abs(adam)));
     }
     const std::size_t allowed = n / 1000 + 1;
     CHECK(agree_m.worse == 0);
@@ -124,14 +116,14 @@ void check_one_update(std::size_t n, const Hyper& h, std::uint64_t seed, std::in
 }  // namespace
 
 TEST_CASE("adamw_update with bf16 moments follows a float64 reference of stochastic rounding", "[adamw][lean]") {
-    check_one_update<float, bfloat16>(100'003, Hyper{}, 1, 0, 1);
-    check_one_update<float, bfloat16>(1'003, Hyper{3e-4f, 0.8f, 0.999f, 1e-6f, 0.0f, 1, 1.0f}, 99, 12345, 2);
+    check_one_update<float, bfloat16>(100'003, AdamWHyper{}, 1, 0, 1);
+    check_one_update<float, bfloat16>(1'003, AdamWHyper{3e-4f, 0.8f, 0.999f, 1e-6f, 0.0f, 1, 1.0f}, 99, 12345, 2);
 }
 
 TEST_CASE("adamw_update of bf16 weights without a master follows a float64 reference", "[adamw][lean]") {
-    check_one_update<bfloat16, bfloat16>(100'003, Hyper{}, 5, 0, 3);
-    check_one_update<bfloat16, float>(100'003, Hyper{}, 5, 7, 4);
-    check_one_update<bfloat16, bfloat16>(300'007, Hyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1000, 0.25f}, 6, 1 << 20,
+    check_one_update<bfloat16, bfloat16>(100'003, AdamWHyper{}, 5, 0, 3);
+    check_one_update<bfloat16, float>(100'003, AdamWHyper{}, 5, 7, 4);
+    check_one_update<bfloat16, bfloat16>(300'007, AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1000, 0.25f}, 6, 1 << 20,
                                          5);  // parallel ranges
 }
 
@@ -150,7 +142,7 @@ TEST_CASE("bf16 weights move by updates far below half a bfloat16 step, on avera
     double sum = 0.0;
     std::size_t moved = 0;
     for (const bfloat16 x : p) {
-        sum += widen(x);
+        sum += to_double(x);
         moved += x.bits != bfloat16(1.0f).bits;
     }
     const double share = 1e-4 / std::ldexp(1.0, -8);

@@ -62,6 +62,13 @@ std::vector<T> random_values(std::size_t n, std::uint32_t seed, double lo = -1.0
     return v;
 }
 
+// An optimizer test's AdamW hyper-parameters (one update at `step`).
+struct AdamWHyper {
+    float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    int step = 3;
+    float grad_scale = 0.5f;
+};
+
 // An optimizer test's gradient: n values with magnitudes spread over four
 // decades (10^-3 to 10) and both signs, drawn in float from mt19937(seed).
 inline std::vector<float> random_grad(std::size_t n, std::uint32_t seed) {

@@ -262,30 +262,22 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         run(rungs.back());
     }
 
-    // 6: lean optimizer state on the kept configuration: 8-bit moments, and no
-    // fp32 master copy where the weights are bf16 (optim/state_storage.hpp).
-    {
-        LadderRung r = make("6 lean optimizer state", kept.options.run.precision, kept.options.run.micro_batch,
-                            kept.options.run.accumulation, T, kept.options.run.checkpoint);
-        r.options.run = r.options.run.with_lean_optimizer();
+    // 6 and 7: the kept configuration with another optimizer state.
+    auto optimizer_rung = [&](std::string name, const RunSpec& spec) {
+        LadderRung r = make(std::move(name), spec.precision, spec.micro_batch, spec.accumulation, T, spec.checkpoint);
+        r.options.run = spec;
         r.predicted = predict_rung(r.options, config, target);
         r.note = "continues from " + kept.name;
         rungs.push_back(std::move(r));
         run(rungs.back());
-    }
-
-    // 7: the kept configuration with its optimizer offloaded to the host:
-    // the same arithmetic (the same losses, bit for bit), no optimizer state
-    // or master weights on the device; what it costs is time.
-    {
-        LadderRung r = make("7 optimizer offload", kept.options.run.precision, kept.options.run.micro_batch,
-                            kept.options.run.accumulation, T, kept.options.run.checkpoint);
-        r.options.run = r.options.run.with_offload();
-        r.predicted = predict_rung(r.options, config, target);
-        r.note = "continues from " + kept.name;
-        rungs.push_back(std::move(r));
-        run(rungs.back());
-    }
+    };
+    // 6: lean optimizer state: 8-bit moments, and no fp32 master copy where
+    // the weights are bf16 (optim/state_storage.hpp).
+    optimizer_rung("6 lean optimizer state", kept.options.run.with_lean_optimizer());
+    // 7: the optimizer offloaded to the host: the same arithmetic (the same
+    // losses, bit for bit), no optimizer state or master weights on the
+    // device; what it costs is time.
+    optimizer_rung("7 optimizer offload", kept.options.run.with_offload());
 
     // Loss per unit of compute, at the smallest total any rung reached.
     double common = 0.0;
