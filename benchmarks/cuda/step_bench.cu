@@ -1,8 +1,10 @@
 // CUDA training-step benchmark: tokens/s, MFU, HFU and peak memory of one
 // TrainStep of GPT-2 124M at T = 1024, micro-batch 16, per rung of the ladder
-// (fp32; bf16; fp16 with the dynamic loss scaler; bf16 with 4 micro-batches
-// accumulated; bf16 with every block fully checkpointed), and GPT-2 350M under
-// a 12 GiB MemoryTracker budget (checkpoint::Budget picks the plan). Usage:
+// (fp32; bf16; fp16 with the dynamic loss scaler; bf16 with 8 and 32
+// micro-batches accumulated, the optimizer on the device and offloaded to the
+// host; bf16 with 8-bit moments and no master; bf16 with every block fully
+// checkpointed), and GPT-2 350M under a 12 GiB MemoryTracker budget
+// (checkpoint::Budget picks the plan). Usage:
 //   step_bench [results.csv]
 //
 // MFU = model FLOPs (GPTConfig::flops_per_token: 6 x matmul parameters +
@@ -102,7 +104,8 @@ struct DeviceTokens {
 
 template <class Precision, class Accumulation, class Checkpoint>
 void rung(const char* name, const char* model_name, const snug::GPTConfig& config, int B, int T,
-          std::optional<std::size_t> budget, Accumulation accumulation, Checkpoint checkpoint) {
+          std::optional<std::size_t> budget, Accumulation accumulation, Checkpoint checkpoint,
+          snug::TrainConfig train_config = {}) {
     using Model = snug::GPT<typename Precision::compute_type, Cuda>;
     using Step = snug::TrainStep<Model, Precision, Accumulation, Checkpoint>;
     Result r;
@@ -126,7 +129,7 @@ void rung(const char* name, const char* model_name, const snug::GPTConfig& confi
         Model model(config, tracker);
         const std::vector<float> weights = snug::gpt_initial_weights(config, 1);
         model.load_weights(ctx.device, weights);
-        Step step(model, tracker, ctx.device, weights, {}, {}, accumulation, checkpoint);
+        Step step(model, tracker, ctx.device, weights, train_config, {}, accumulation, checkpoint);
         const int n = r.micro;
         DeviceTokens data(tracker, std::int64_t{n} * B * T, config.vocab_size);
         std::vector<snug::MicroBatch> micro;
@@ -207,7 +210,16 @@ int run(const char* csv_path) {
     rung<P::Fp32>("fp32", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
     rung<P::Bf16>("bf16", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
     rung<P::Fp16<snug::DynamicLossScaler>>("fp16+scaler", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
-    rung<P::Bf16>("bf16+accumulate(4)", "124M", gpt2, B, T, std::nullopt, A::Steps(4), K::None{});
+    snug::TrainConfig offload, lean;
+    offload.adamw.offload = true;
+    lean.adamw.moments = snug::MomentStorage::int8;
+    lean.adamw.master = snug::MasterStorage::none;
+    for (const int n : {8, 32}) {
+        const std::string name = "bf16+accumulate(" + std::to_string(n) + ")";
+        rung<P::Bf16>(name.c_str(), "124M", gpt2, B, T, std::nullopt, A::Steps(n), K::None{});
+        rung<P::Bf16>((name + "+offload").c_str(), "124M", gpt2, B, T, std::nullopt, A::Steps(n), K::None{}, offload);
+    }
+    rung<P::Bf16>("bf16+8-bit state", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{}, lean);
     rung<P::Bf16>("bf16+full-ckpt", "124M", gpt2, B, T, std::nullopt, A::None{}, K::Full{});
 
     // 350M under 12 GiB: the activation budget is what is left after the

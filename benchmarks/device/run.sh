@@ -165,7 +165,7 @@ if [[ $bench_rc == 0 ]] && want kernels; then
     log "kernels_bench rc ${PIPESTATUS[0]}"
 fi
 if [[ $bench_rc == 0 ]] && want step; then
-    timeout 150 "$build/benchmarks/snug_cuda_step_bench" "$out/step.csv" 2>&1 | tee "$out/step.txt"
+    timeout 300 "$build/benchmarks/snug_cuda_step_bench" "$out/step.csv" 2>&1 | tee "$out/step.txt"
     log "step_bench rc ${PIPESTATUS[0]}"
 fi
 
