@@ -9,8 +9,10 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 # clang-19 and its runtimes: libFuzzer for tools/fuzz.sh, and the emulated
 # backend's shared-memory checker (Clang's load/store instrumentation; Clang 14
 # cannot compile snug's std::source_location).
+# Open MPI starts the ranks of a data-parallel job (mpirun) and is what the
+# 2-rank tests run under.
 for pkg in cmake ninja-build g++ catch2 libfmt-dev libopenblas-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev \
-           clang-19 libclang-rt-19-dev; do
+           clang-19 libclang-rt-19-dev libopenmpi-dev openmpi-bin; do
   have "$pkg" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

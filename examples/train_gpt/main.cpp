@@ -23,6 +23,12 @@
 // always compiled by the host compiler, because the text is formatted with
 // fmt and nvcc cannot compile fmt.
 //
+// Data parallel: `mpirun -np N train_gpt ...` trains on N ranks (built with
+// MPI, Debian's libopenmpi-dev): each rank trains on its --batch sequences of
+// every micro-step, rank 0 prints and writes the files (README: launching).
+// On GPUs each rank takes its machine's GPU number local-rank and the
+// gradients are summed by NCCL; elsewhere (host, emulated GPU) through MPI.
+//
 // Exit codes: 0 done, 1 runtime error (file, numerics), 2 bad command line or
 // configuration (also --device cuda without a GPU), 3 out of the memory
 // budget (or of host memory), 130 stopped by Ctrl-C (after saving the state).
@@ -34,8 +40,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "snug/data/tokenizer.hpp"
+#include "snug/dist/ranks.hpp"
+#if defined(SNUG_HAVE_MPI)
+#include "snug/dist/mpi.hpp"
+#endif
+#if defined(SNUG_HAVE_NCCL)
+#include "snug/dist/nccl.hpp"
+#endif
 #include "snug/train/exit_codes.hpp"
 #include "snug/train/ladder.hpp"
 #include "snug/train/model_source.hpp"
@@ -63,8 +77,9 @@ CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o) {
     return model_opt;
 }
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     snug::TrainOptions o;
+    double rank_timeout = 600.0;
     // What the command line says as text; parsed into o once CLI11 is done.
     std::string precision = "fp32", checkpoint = "none", vram_budget = "12GiB", device_name = "auto";
     std::string attention = "flash";
@@ -156,12 +171,18 @@ int run(int argc, char** argv) {
                  "nothing is allocated");
     app.add_flag("--ladder", run_ladder, "run the VRAM ladder (see vram_ladder --help) with these model/data options");
     app.add_option("--ladder-out", ladder.out, "with --ladder: directory for ladder.csv / ladder.json");
+    app.add_option("--rank-timeout", rank_timeout,
+                   "under mpirun: seconds a rank waits for the others in a collective before the job stops, "
+                   "naming the ranks that never came")
+        ->check(CLI::PositiveNumber);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
+        if (ranks.rank() != 0) return e.get_exit_code() == 0 ? 0 : 2;  // rank 0 says it
         const int code = app.exit(e);
         return code == 0 ? 0 : 2;
     }
+    ranks.set_timeout(rank_timeout);
 
     o.run.precision = snug::parse_precision_kind(precision);
     o.run.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--checkpoint");
@@ -180,12 +201,22 @@ int run(int argc, char** argv) {
         throw snug::ConfigError("--eval-only takes a model file (--init-from), not a training state");
 
     o.shape();  // an unknown --model preset is refused before any device is touched
+#if defined(SNUG_HAVE_NCCL)
+    // One GPU per rank: this rank's, before any CUDA work.
+    if (ranks.size() > 1 && device_name != "host" && snug::cuda::device_count() > 0) snug::dist::use_local_gpu(ranks);
+#endif
     const snug::DeviceInfo device = snug::choose_device(device_name);
-    const std::unique_ptr<snug::Report> report = make_report();
+    if (ranks.size() > 1 && (plan || run_ladder))
+        throw snug::ConfigError(std::string(plan ? "--plan" : "--ladder") + " runs in one process; this job has " +
+                                std::to_string(ranks.size()) + " ranks: start it without mpirun");
+    // Rank 0 reports; the others compute the same numbers and say nothing.
+    const std::unique_ptr<snug::Report> report =
+        ranks.rank() == 0 ? make_report() : std::make_unique<snug::Report>();
     if (plan) return snug::run_plan_program(o, device, *report);
     if (run_ladder) return snug::run_ladder_program(o, ladder, device, *report);
 
-    const std::int64_t tokens_per_update = o.run.tokens_per_update();
+    o.ranks = ranks.size();
+    const std::int64_t tokens_per_update = o.run.tokens_per_update() * o.ranks;
     const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1);
     const snug::TrainData& data = inputs.data;
     const snug::ModelSource& source = inputs.source;
@@ -205,8 +236,18 @@ int run(int argc, char** argv) {
     if (!o.out.empty()) std::filesystem::create_directories(o.out);
 
     snug::install_stop_handler();
-    const snug::RunResult r = snug::visit_device(
-        device, [&]<class Dev>() { return snug::run_training<Dev>(o, data, source, device, *report, decoder); });
+    const snug::RunResult r = snug::visit_device(device, [&]<class Dev>() {
+#if defined(SNUG_HAVE_NCCL)
+        // GPUs sum their gradients with NCCL, on the device (the training stream: Cuda{}'s).
+        if constexpr (std::is_same_v<Dev, snug::Cuda>) {
+            if (ranks.size() > 1) {
+                snug::dist::NcclCommunicator nccl(ranks, snug::Cuda{});
+                return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks, &nccl);
+            }
+        }
+#endif
+        return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks);
+    });
     if (!r.fit) {
         std::fflush(stdout);
         std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", r.out_of_memory.c_str());
@@ -216,4 +257,20 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return snug::guarded_main("train_gpt", [&] { return run(argc, argv); }); }
+int main(int argc, char** argv) {
+#if defined(SNUG_HAVE_MPI)
+    const std::unique_ptr<snug::dist::Ranks> ranks = snug::dist::join_ranks(&argc, &argv);
+#else
+    if (snug::dist::launched_by_mpi()) {
+        std::fprintf(stderr, "train_gpt: started by mpirun, but built without MPI (libopenmpi-dev): each copy would "
+                             "train alone and write the same files\n");
+        return 2;
+    }
+    const std::unique_ptr<snug::dist::Ranks> ranks = std::make_unique<snug::dist::SingleProcess>();
+#endif
+    const std::string name = ranks->size() > 1 ? "train_gpt (rank " + std::to_string(ranks->rank()) + " of " +
+                                                     std::to_string(ranks->size()) + ")"
+                                               : std::string("train_gpt");
+    return snug::guarded_main(name.c_str(), [&] { return run(argc, argv, *ranks); },
+                              [&](int code) { ranks->abort(code); });
+}

@@ -290,6 +290,11 @@ public:
                          o.lr, o.warmup, o.min_lr_frac, o.weight_decay, o.clip,
                          o.budget_bytes ? format_bytes(*o.budget_bytes) : std::string("none")));
     }
+    void data_parallel(int ranks, const std::string& how, int micro_batch, std::int64_t tokens) override {
+        line(fmt::format("data parallel: {} ranks over {}, micro-batch {} each ({} sequences a micro-step), "
+                         "{} tokens/update in all; rank 0 reports and writes the files",
+                         ranks, how, micro_batch, ranks * micro_batch, tokens));
+    }
     void memory_outlook(const MemoryOutlook& o) override { line(format_outlook(o)); }
     void plan(const PlanAnswer& p) override {
         line(fmt::format("device: {}; budget {}", p.device.description, format_bytes(p.budget)));

@@ -58,7 +58,7 @@ inline std::vector<std::int32_t> read_token_glob(const std::string& pattern, int
 // against (token_data_vocab). Throws ConfigError for a source it does not know.
 inline TrainData load_data(const TrainOptions& o, std::int64_t train_tokens_needed, int token_vocab = gpt2_vocab) {
     TrainData d;
-    const int B = o.run.micro_batch, T = o.run.seq;
+    const int B = o.run.micro_batch * o.ranks, T = o.run.seq;  // every rank's sequences
     const std::int64_t val_needed = std::int64_t{o.eval_batches} * B * T + 1;
     if (o.data == "builtin") {
         data::SyntheticCorpusConfig corpus_config;

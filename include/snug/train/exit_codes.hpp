@@ -6,32 +6,44 @@
 
 #include <cstdio>
 #include <exception>
+#include <utility>
 
 #include "snug/core/error.hpp"
 
 namespace snug {
 
-//   program: the name that starts each message ("train_gpt")
-//   run:     the body; returns the exit code when nothing escapes
-template <class Run>
-int guarded_main(const char* program, Run&& run) {
+//   program:  the name that starts each message ("train_gpt")
+//   run:      the body; returns the exit code when nothing escapes
+//   on_error: called with the exit code after an escaped error is printed
+//             (a data-parallel job ends its other ranks there: dist::Ranks::abort)
+template <class Run, class OnError>
+int guarded_main(const char* program, Run&& run, OnError&& on_error) {
+    int code = 0;
     try {
         return run();
     } catch (const OutOfMemory& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "\n%s: OutOfMemory: %s\n", program, e.what());
-        return 3;
+        code = 3;
     } catch (const NoCudaDevice& e) {
         std::fprintf(stderr, "%s: %s\n", program, e.what());
-        return 2;
+        code = 2;
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "%s: %s\n", program, e.what());
-        return 2;
+        code = 2;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "\n%s: error: %s\n", program, e.what());
-        return 1;
+        code = 1;
     }
+    std::fflush(stderr);
+    on_error(code);
+    return code;
+}
+
+template <class Run>
+int guarded_main(const char* program, Run&& run) {
+    return guarded_main(program, std::forward<Run>(run), [](int) {});
 }
 
 }  // namespace snug

@@ -52,6 +52,9 @@ struct TrainOptions {
     std::string prompt;       // byte data only (empty: the start of the validation data)
     float temperature = 0.8f;
     int top_k = 0;
+    // Data parallel: the job's ranks (set by the program from its launcher,
+    // dist::Ranks::size(), not by a flag), each with micro-batch run.micro_batch.
+    int ranks = 1;
     // Reporting.
     double flops_budget = 0.0;  // model FLOPs at which "loss at equal FLOPs" is read (0: the run's total)
 

@@ -130,6 +130,10 @@ public:
     virtual void model(const GPTConfig&, int /*seq*/, const std::string& /*source*/) {}
     virtual void data(const TrainData&) {}
     virtual void training_setup(const TrainOptions&) {}
+    // Data parallel: `ranks` processes (`how`: "MPI (Open MPI v4.1.4)"), each
+    // with micro-batch `micro_batch`, `tokens_per_update` tokens an update in all.
+    virtual void data_parallel(int /*ranks*/, const std::string& /*how*/, int /*micro_batch*/,
+                               std::int64_t /*tokens_per_update*/) {}
     virtual void memory_outlook(const MemoryOutlook&) {}
     virtual void plan(const PlanAnswer&) {}
 

@@ -2,8 +2,12 @@
 // measured instead of exiting (a program prints it, the VRAM ladder compares
 // runs) and tells a Report (report.hpp) each event as it happens.
 //
-// train<Dev, Precision>(options, data, model source, device, report):
+// train<Dev, Precision>(options, data, model source, device, report, tokenizer, ranks, communicator):
 //   the session (the budget), the model, the token buffers, TrainStep;
+//   data parallel over `ranks` (dist/ranks.hpp): each rank trains on its rows of
+//   every global batch, TrainStep sums gradients and loss over the ranks, rank 0
+//   alone reports and writes files (the others' weights are checked equal at
+//   each save); one rank is the single process;
 //   resume: the saved state replaces weights, optimizer, scaler, data position;
 //   each update: LR from the schedule, n micro-batches, TrainStep::step, a record
 //   (JSON line + report.progress), validation at the interval, the state saved every
@@ -32,6 +36,8 @@
 
 #include "snug/data/loader.hpp"
 #include "snug/data/tokenizer.hpp"
+#include "snug/dist/communicator.hpp"
+#include "snug/dist/ranks.hpp"
 #include "snug/io/file.hpp"
 #include "snug/io/hf_export.hpp"
 #include "snug/io/llmc_model.hpp"
@@ -71,13 +77,14 @@ inline void install_stop_handler() {
 
 // ---- what a run is, for the state file -----------------------------------------------
 
-// The options a resumed run must share with the run that saved the state.
+// The options a resumed run must share with the run that saved the state
+// (`ranks`: the data-parallel ranks, each with micro-batch `batch`).
 // The rest may change on resume: steps, schedule, evaluation, files, and the
 // checkpoint policy (recomputation gives the same gradients bit for bit, so
 // a run may move to a smaller card with --checkpoint auto and continue).
 // The optimizer's settings are checked by load_training_state itself.
-inline nlohmann::json run_identity(const TrainOptions& o, const GPTConfig& c) {
-    return {{"layers", c.n_layer},         {"heads", c.n_head},       {"channels", c.channels},
+inline nlohmann::json run_identity(const TrainOptions& o, const GPTConfig& c, int ranks = 1) {
+    return {{"ranks", ranks},{"layers", c.n_layer},         {"heads", c.n_head},       {"channels", c.channels},
             {"vocab", c.vocab_size},       {"context", c.max_seq_len}, {"precision", o.run.precision_name()},
             {"batch", o.run.micro_batch},  {"seq", o.run.seq},         {"accum", o.run.accumulation},
             {"optimizer_state", std::string(moment_storage_name(o.run.moments))},
@@ -93,6 +100,8 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
     } catch (const nlohmann::json::exception&) {
         throw FileError(path + ": its run description is not JSON; was it written by train_gpt?");
     }
+    // A state saved before data parallelism was one process's.
+    if (!saved.contains("ranks")) saved["ranks"] = 1;
     for (const auto& [key, value] : now.items()) {
         if (!saved.contains(key))
             throw ConfigError("--resume " + path + ": the saved run does not record '" + key + "'");
@@ -177,7 +186,8 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
         {"offload", o.run.offload},
         {"host_peak_bytes", r.host_peak},
         {"recompute_plan", r.recompute_plan},
-        {"micro_batch", o.run.micro_batch},
+        {"micro_batch", o.run.micro_batch},  // per rank
+        {"ranks", o.ranks},
         {"seq", o.run.seq},
         {"accumulation", o.run.accumulation},
     };
@@ -189,7 +199,8 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
 
 template <class Dev, class Precision>
 RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
+                Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
+                dist::Ranks& ranks = dist::single_process(), dist::Communicator<Dev>* communicator = nullptr) {
     using Model = GPT<typename Precision::compute_type, Dev>;
     // One step type per precision: the checkpoint policy of the options is
     // turned into its recompute plan here (checkpoint::Given), so a program
@@ -198,6 +209,11 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
     const GPTConfig& config = source.config;
     const int B = o.run.micro_batch, T = o.run.seq, n = o.run.accumulation;
     const std::int64_t BT = std::int64_t{B} * T;
+    const int N = ranks.size(), rank = ranks.rank();
+    if (o.ranks != N)
+        throw ConfigError("the options were made for " + std::to_string(o.ranks) + " data-parallel ranks, but the job has " +
+                          std::to_string(N) + " (set TrainOptions::ranks from dist::Ranks::size())");
+    const bool writer = rank == 0;  // rank 0 writes the files (every rank computes the same)
     RunResult result;
     Session<Dev> s(o.budget_bytes);
     try {
@@ -244,17 +260,33 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
                                                  Precision{}, accumulate::Steps(n), checkpoint);
                         });
         Step& step = *step_storage;
+        // The program's communicator (NCCL on GPUs), else sums staged through the host over `ranks`.
+        std::optional<dist::Communicator<Dev>> staged;
+        if (communicator == nullptr) communicator = &staged.emplace(ranks);
+        step.data_parallel(*communicator);
+        if (N > 1) report.data_parallel(N, ranks.description(), B, std::int64_t{N} * n * BT);
 
         const LrSchedule schedule{o.lr, o.warmup, o.steps, o.min_lr_frac};
         schedule.validate();
-        snug::data::BatchLoader train_loader(data.train, B, T, "training data");
-        snug::data::BatchLoader val_loader(data.val, B, T, "validation data");
+        // Every rank reads the same global batches of N·B sequences and trains
+        // on its own B of them (rows rank·B ...): the tokens one process with
+        // micro-batch N·B would see, and one data position to save.
+        snug::data::BatchLoader train_loader(data.train, N * B, T, "training data");
+        snug::data::BatchLoader val_loader(data.val, N * B, T, "validation data");
         std::vector<std::int32_t> host_tokens(static_cast<std::size_t>(n * BT)), host_targets(host_tokens.size());
+        std::vector<std::int32_t> global_tokens(static_cast<std::size_t>(N * BT)), global_targets(global_tokens.size());
         std::vector<MicroBatch> batches;
         for (int m = 0; m < n; ++m) batches.push_back({tokens_dev.data() + m * BT, targets_dev.data() + m * BT});
 
         // --resume: weights, master weights, moments, scaler, data position, step.
-        const nlohmann::json identity = run_identity(o, config);
+        const nlohmann::json identity = run_identity(o, config, N);
+        if (N > 1) {
+            const std::string text = identity.dump();
+            if (!ranks.all_equal(dist::fingerprint(text.data(), text.size()), "check of the ranks' options"))
+                throw ConfigError("the data-parallel ranks were started with different options (this is rank " +
+                                  std::to_string(rank) + " of " + std::to_string(N) + ": " + text +
+                                  "); start every rank with the same command line");
+        }
         std::int64_t first_step = 0;
         double wall_offset = 0.0;
         if (!o.resume.empty()) {
@@ -262,20 +294,30 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             check_resume_identity(o.resume, p.run_config, identity);
             first_step = p.step;
             wall_offset = p.wall_clock_seconds;
+            if (first_step >= o.steps)
+                throw ConfigError("--resume " + o.resume + ": the saved run already did " +
+                                  std::to_string(first_step) + " updates; ask for more with --steps");
             train_loader.set_position(p.train_position);
             s.ctx.seed = p.seed;
             s.ctx.rng_offset = p.rng_offset;
             report.resumed(o.resume, first_step, wall_offset);
-            if (first_step >= o.steps)
-                throw ConfigError("--resume " + o.resume + ": the saved run already did " +
-                                  std::to_string(first_step) + " updates; ask for more with --steps");
         }
         const std::string state_path = o.state_path();
         auto save_state = [&](std::int64_t done, double wall) {
             if (state_path.empty()) return;
+            if (N > 1) {
+                // Data parallel keeps every rank's weights the same bits; a
+                // rank that drifted would make the saved state a lie.
+                const std::vector<float> w = master_weights(step, s.ctx.device);
+                if (!ranks.all_equal(dist::fingerprint(w.data(), w.size() * sizeof(float)), "check of the ranks' weights"))
+                    throw Error("update " + std::to_string(done) + ": the data-parallel ranks' weights differ (rank " +
+                                std::to_string(rank) + " of " + std::to_string(N) +
+                                "); the state is not saved, the last saved one is kept");
+            }
+            if (!writer) return;
             TrainingProgress p;
             p.step = done;
-            p.tokens = done * n * BT;
+            p.tokens = done * n * BT * N;
             p.train_position = train_loader.position();
             p.seed = s.ctx.seed;
             p.rng_offset = s.ctx.rng_offset;
@@ -284,21 +326,26 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             save_training_state(state_path, step, s.ctx.device, p);
         };
 
+        // The same batches every time, so losses compare; like training,
+        // each rank takes its B rows of every global batch of N·B, and the
+        // ranks add their mean losses.
         auto evaluate = [&]() {
-            val_loader.set_position(0);  // the same batches every time: losses compare
+            val_loader.set_position(0);
             double sum = 0.0;
             for (int i = 0; i < o.eval_batches; ++i) {
-                val_loader.next(host_tokens.data(), host_targets.data());
-                upload(s.ctx.device, tokens_dev.data(), host_tokens.data(), BT);
-                upload(s.ctx.device, targets_dev.data(), host_targets.data(), BT);
+                val_loader.next(global_tokens.data(), global_targets.data());
+                upload(s.ctx.device, tokens_dev.data(), global_tokens.data() + rank * BT, BT);
+                upload(s.ctx.device, targets_dev.data(), global_targets.data() + rank * BT, BT);
                 sum += model.evaluate(s.ctx, tokens_dev.data(), targets_dev.data(), B, T);
             }
-            return sum / o.eval_batches;
+            return ranks.sum(sum, "validation loss sum") / (o.eval_batches * N);
         };
 
         std::optional<JsonLinesFile> jsonl;
-        if (!o.out.empty()) jsonl.emplace(std::filesystem::path(o.out) / "metrics.jsonl", /*append=*/!o.resume.empty());
-        const auto peak = peak_flops(device.name, Precision::name);
+        if (!o.out.empty() && writer) jsonl.emplace(std::filesystem::path(o.out) / "metrics.jsonl", /*append=*/!o.resume.empty());
+        // MFU over all ranks' devices: the record's FLOPs are all ranks' tokens.
+        auto peak = peak_flops(device.name, Precision::name);
+        if (peak) *peak *= N;
         const double flops_per_token = config.flops_per_token(T);
 
         // The first evaluation comes before the first update: it runs under
@@ -317,7 +364,9 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             const float lr = schedule(static_cast<int>(i));
             const auto t0 = clock::now();
             for (int m = 0; m < n; ++m) {
-                train_loader.next(host_tokens.data() + m * BT, host_targets.data() + m * BT);
+                train_loader.next(global_tokens.data(), global_targets.data());
+                std::copy_n(global_tokens.data() + rank * BT, BT, host_tokens.data() + m * BT);
+                std::copy_n(global_targets.data() + rank * BT, BT, host_targets.data() + m * BT);
                 upload(s.ctx.device, tokens_dev.data() + m * BT, host_tokens.data() + m * BT, BT);
                 upload(s.ctx.device, targets_dev.data() + m * BT, host_targets.data() + m * BT, BT);
             }
@@ -357,7 +406,9 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
                 result.exit_code = 1;
                 break;
             }
-            const bool signalled = stop_requested.load();
+            // One rank's Ctrl-C (or mpirun's forwarded signal) stops every rank here.
+            const bool signalled = N > 1 ? ranks.any(stop_requested.load(), "check for a stop request")
+                                         : stop_requested.load();
             const bool stopping = signalled || (o.stop_after > 0 && i + 1 == o.stop_after && i + 1 < o.steps);
             if (stopping || (o.save_every > 0 && (i + 1) % o.save_every == 0 && i + 1 < o.steps)) {
                 save_state(i + 1, rec.wall_clock);
@@ -382,6 +433,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
 
         save_state(o.steps, wall());
         report.summary(result.summary, step.skipped_steps());
+        if (!writer) return result;
         if (!state_path.empty()) report.file_written("state", state_path);
         if (!o.out.empty()) write_summary_json(o, result, data, device, Precision::name, report);
         if (!o.save_model.empty() || !o.export_hf.empty())
@@ -435,9 +487,10 @@ int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourc
 // type) and checkpoint policy (its plan).
 template <class Dev>
 RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                       Report& report, const snug::data::Tokenizer* tokenizer = nullptr) {
+                       Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
+                       dist::Ranks& ranks = dist::single_process(), dist::Communicator<Dev>* communicator = nullptr) {
     return visit_precision(o.run.precision, [&]<class Precision>() {
-        return train<Dev, Precision>(o, data, source, device, report, tokenizer);
+        return train<Dev, Precision>(o, data, source, device, report, tokenizer, ranks, communicator);
     });
 }
 

@@ -7,8 +7,10 @@
 //
 // step() reads top to bottom as the flow of one update:
 //   plan recomputation for (B, T)                        (CheckpointPolicy)
-//   for each micro-batch: forward (loss × scale / n), backward, gradients add up in fp32,
-//                         the loss adds up on the device (read once per update)
+//   for each micro-batch: forward (loss × scale / (n · ranks)), backward, gradients add
+//                         up in fp32, the loss adds up on the device (read once per update)
+//   data parallel:        gradients and loss summed over the ranks (dist::Communicator):
+//                         each rank now holds the mean gradient of the global batch
 //   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
 //                    global norm, clip factor
 //                    overflow → skip: weights, moments and step count untouched
@@ -31,6 +33,7 @@
 #include "snug/checkpoint/policies.hpp"
 #include "snug/core/buffer.hpp"
 #include "snug/core/memory_tracker.hpp"
+#include "snug/dist/communicator.hpp"
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
@@ -73,11 +76,11 @@ struct MicroBatch {
 
 // What one update did.
 struct StepResult {
-    float loss;          // mean training loss over the update's tokens
+    float loss;          // mean training loss over the update's tokens (every rank's)
     float grad_norm;     // global L2 norm of the (unscaled) gradient, before clipping
     float loss_scale;    // the scale used for this update (1 without a scaler)
     bool skipped;        // the gradient was not finite: nothing was updated
-    std::int64_t tokens; // tokens processed
+    std::int64_t tokens; // tokens processed (by every rank together)
 };
 
 struct TrainConfig {
@@ -156,7 +159,11 @@ public:
         plan_recompute(B, T);
         const D& dev = ctx.device;
         const float scale = loss_scale();
-        const float dloss = scale / (static_cast<float>(B) * static_cast<float>(T) * static_cast<float>(n));
+        const int ranks = comm_ ? comm_->size() : 1;
+        // Over ranks too: the sum over the ranks below is then the mean
+        // gradient of the global batch of ranks · n · B sequences.
+        const float dloss = scale / (static_cast<float>(B) * static_cast<float>(T) * static_cast<float>(n) *
+                                     static_cast<float>(ranks));
 
         model_.zero_grad(dev);
         // The loss adds up on the device and is read once, below.
@@ -165,8 +172,12 @@ public:
             (void)model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss, loss_sum_.data());
             model_.backward(ctx, mb.tokens);
         }
-
         const std::int64_t P = model_.num_parameters();
+        if (comm_) {
+            comm_->all_reduce_sum(dev, model_.gradients(), P, "gradient all-reduce");
+            comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
+        }
+
         bool found_inf = false;
         if constexpr (Precision::has_loss_scaler) {
             fill_zero(dev, found_inf_.data(), 1);
@@ -183,7 +194,7 @@ public:
         if (found_inf) ++skipped_;
         double loss_sum = 0.0;
         download(dev, &loss_sum, loss_sum_.data(), 1);
-        const std::int64_t tokens = std::int64_t{n} * B * T;
+        const std::int64_t tokens = std::int64_t{n} * B * T * ranks;
         return {static_cast<float>(loss_sum / static_cast<double>(tokens)), norm, scale, found_inf, tokens};
     }
 
@@ -200,6 +211,14 @@ public:
         if (n < 0) throw ConfigError("TrainStep: skipped steps = " + std::to_string(n) + " must be >= 0");
         skipped_ = n;
     }
+    // Data parallel from the next step on: every rank of `comm` runs this
+    // step on its own micro-batches (B, T each); gradients and loss are
+    // summed over the ranks, so each rank updates the same weights with the
+    // mean gradient of all ranks' tokens. `comm` must outlive the step.
+    void data_parallel(dist::Communicator<D>& comm) { comm_ = comm.size() > 1 ? &comm : nullptr; }
+    // The ranks the step averages over (1 without data_parallel).
+    int ranks() const { return comm_ ? comm_->size() : 1; }
+
     Optimizer<Act, D>& optimizer() { return optimizer_; }
     const TrainConfig& config() const { return config_; }
     Model& model() { return model_; }
@@ -225,6 +244,7 @@ private:
     GradNorm<D> grad_norm_;
     Buffer<float, D> found_inf_;
     Buffer<double, D> loss_sum_;  // (1) this update's token losses, summed on the device
+    dist::Communicator<D>* comm_ = nullptr;  // data parallel over its ranks (null: one process)
     std::vector<Recompute> plan_;
     int planned_B_ = 0, planned_T_ = 0;
     std::int64_t skipped_ = 0;

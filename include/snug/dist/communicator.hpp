@@ -1,0 +1,83 @@
+// Communicator<D>: collectives over the ranks of a job (dist/ranks.hpp) on
+// device D's memory — what TrainStep calls to average gradients and losses
+// across data-parallel ranks.
+//
+// On the host backend the device's memory is host memory: the ranks reduce
+// it in place. On any other device (snug::Cuda, emulated or not) the values
+// pass through a host staging buffer of at most `bucket` values at a time
+// (download, reduce, upload), so any device trains data-parallel over MPI.
+// A GPU job reduces on the device instead: dist/nccl.hpp's NcclCommunicator
+// overrides the two sums with NCCL's, on the tag's stream.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "snug/core/device.hpp"
+#include "snug/core/error.hpp"
+#include "snug/dist/ranks.hpp"
+#include "snug/ops/kernels.hpp"
+
+namespace snug::dist {
+
+template <DeviceTag D>
+class Communicator {
+public:
+    // `bucket`: values per staging round trip (host memory: 4 Mi floats = 16 MiB).
+    explicit Communicator(Ranks& ranks, std::int64_t bucket = std::int64_t{1} << 22) : ranks_(ranks), bucket_(bucket) {
+        if (bucket < 1) throw ConfigError("Communicator: bucket of " + std::to_string(bucket) + " values must be >= 1");
+    }
+    virtual ~Communicator() = default;
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+
+    int rank() const { return ranks_.rank(); }
+    int size() const { return ranks_.size(); }
+    Ranks& ranks() { return ranks_; }
+
+    // data (n, device memory): the element-wise sum over the ranks, in place,
+    // the same bits on every rank.
+    virtual void all_reduce_sum(const D& dev, float* data, std::int64_t n, const char* what) {
+        reduce(dev, data, n, what);
+    }
+    virtual void all_reduce_sum(const D& dev, double* data, std::int64_t n, const char* what) {
+        reduce(dev, data, n, what);
+    }
+
+    // Host bytes this communicator holds for staging (0 on the host backend).
+    std::size_t staging_bytes() const { return staging_f32_.capacity() * 4 + staging_f64_.capacity() * 8; }
+
+private:
+    template <class T>
+    void reduce(const D& dev, T* data, std::int64_t n, const char* what) {
+        if (ranks_.size() == 1 || n == 0) return;
+        if constexpr (std::is_same_v<D, Host>) {
+            ranks_.all_reduce_sum(data, n, what);
+        } else {
+            std::vector<T>& staging = staging_for<T>();
+            staging.resize(static_cast<std::size_t>(std::min(n, bucket_)));
+            for (std::int64_t at = 0; at < n; at += bucket_) {
+                const std::int64_t m = std::min(bucket_, n - at);
+                download(dev, staging.data(), data + at, m);
+                ranks_.all_reduce_sum(staging.data(), m, what);
+                upload(dev, data + at, staging.data(), m);
+            }
+        }
+    }
+    template <class T>
+    std::vector<T>& staging_for() {
+        if constexpr (std::is_same_v<T, float>)
+            return staging_f32_;
+        else
+            return staging_f64_;
+    }
+
+    Ranks& ranks_;
+    std::int64_t bucket_;
+    std::vector<float> staging_f32_;
+    std::vector<double> staging_f64_;
+};
+
+}  // namespace snug::dist

@@ -1,0 +1,258 @@
+// MpiRanks: the ranks `mpirun -np N` started, as dist::Ranks (Debian's Open
+// MPI, libopenmpi-dev). join_ranks() is what a program calls first thing in
+// main: MpiRanks when an MPI launcher started it, else the single process.
+//
+// Collectives are non-blocking MPI calls polled against the job's timeout:
+// a rank that died or hangs cannot leave the others waiting forever. A rank
+// that times out pings the others (every rank waiting in a collective
+// answers) and names those that stay silent. Sums are a reduce-scatter then an all-gather: each part of the
+// vector is added up on exactly one rank, so every rank receives the same
+// bits, and weights stay identical across ranks update after update.
+//
+// Include this header from a file the host compiler builds (as the examples'
+// ranks.cpp): the engine itself (train/run.hpp) only sees dist::Ranks.
+#pragma once
+
+// Only MPI's C interface: Open MPI's deprecated C++ bindings do not compile
+// warning-free.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "snug/dist/ranks.hpp"
+
+namespace snug::dist {
+
+class MpiRanks final : public Ranks {
+public:
+    // Starts MPI (the main thread alone calls it) unless the program already
+    // has, and ends it in the destructor if it started it.
+    MpiRanks(int* argc, char*** argv) {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (!initialized) {
+            int provided = 0;
+            check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+            owns_mpi_ = true;
+        }
+        check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+        // Errors come back as codes (and become snug::Error), not aborts.
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+        MPI_Comm node = MPI_COMM_NULL;  // the ranks that share this machine's memory
+        check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+        MPI_Comm_rank(node, &local_rank_);
+        MPI_Comm_free(&node);
+    }
+    MpiRanks(const MpiRanks&) = delete;
+    MpiRanks& operator=(const MpiRanks&) = delete;
+    ~MpiRanks() override {
+        if (aborted_) return;
+        MPI_Comm_free(&comm_);
+        if (owns_mpi_) MPI_Finalize();
+    }
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    int local_rank() const override { return local_rank_; }
+    std::string description() const override {
+        char version[MPI_MAX_LIBRARY_VERSION_STRING];
+        int length = 0;
+        MPI_Get_library_version(version, &length);
+        std::string v(version, static_cast<std::size_t>(length));
+        v = v.substr(0, v.find_first_of(",\n"));
+        return "MPI (" + v + ")";
+    }
+
+    void all_reduce_sum(float* data, std::int64_t n, const char* what) override { sum_in_place(data, n, MPI_FLOAT, what); }
+    void all_reduce_sum(double* data, std::int64_t n, const char* what) override {
+        sum_in_place(data, n, MPI_DOUBLE, what);
+    }
+    bool all_equal(std::uint64_t value, const char* what) override {
+        std::uint64_t low[2] = {value, ~value}, high[2] = {0, 0};  // min of value and of ~value: min and max
+        ++seq_;
+        MPI_Request r = MPI_REQUEST_NULL;
+        check(MPI_Iallreduce(low, high, 2, MPI_UINT64_T, MPI_MIN, comm_, &r), what);
+        wait(&r, 1, what);
+        return high[0] == value && ~high[1] == value;
+    }
+    bool any(bool value, const char* what) override {
+        int in = value ? 1 : 0, out = 0;
+        ++seq_;
+        MPI_Request r = MPI_REQUEST_NULL;
+        check(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm_, &r), what);
+        wait(&r, 1, what);
+        return out != 0;
+    }
+    void broadcast(void* data, std::size_t bytes, int root, const char* what) override {
+        if (bytes > static_cast<std::size_t>(INT_MAX))
+            throw Error(std::string("MpiRanks: the ") + what + " broadcasts " + std::to_string(bytes) +
+                        " bytes, more than one MPI call carries");
+        ++seq_;
+        MPI_Request r = MPI_REQUEST_NULL;
+        check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), what);
+        wait(&r, 1, what);
+    }
+    void abort(int exit_code) override {
+        aborted_ = true;
+        MPI_Abort(MPI_COMM_WORLD, exit_code);
+    }
+
+private:
+    // The reduce-scatter leaves rank r's part (counts[r] values) at the start
+    // of `data`; it moves to its place, then the all-gather fills the rest.
+    template <class T>
+    void sum_in_place(T* data, std::int64_t n, MPI_Datatype type, const char* what) {
+        // MPI counts are ints: pieces of at most 2^30 values.
+        constexpr std::int64_t piece = std::int64_t{1} << 30;
+        for (std::int64_t at = 0; at < n; at += piece) {
+            const std::int64_t m = std::min(piece, n - at);
+            std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
+            for (int r = 0, offset = 0; r < size_; ++r) {
+                counts[r] = static_cast<int>(m / size_ + (r < m % size_ ? 1 : 0));
+                displs[r] = offset;
+                offset += counts[r];
+            }
+            T* part = data + at;
+            ++seq_;
+            MPI_Request r = MPI_REQUEST_NULL;
+            check(MPI_Ireduce_scatter(MPI_IN_PLACE, part, counts.data(), type, MPI_SUM, comm_, &r), what);
+            wait(&r, 1, what);
+            if (displs[rank_] != 0) std::memmove(part + displs[rank_], part, sizeof(T) * counts[rank_]);
+            ++seq_;
+            check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, part, counts.data(), displs.data(), type, comm_, &r), what);
+            wait(&r, 1, what);
+        }
+    }
+
+    // Polls the requests until all are complete, answering other ranks'
+    // pings meanwhile; past the timeout, pings every other rank and throws
+    // RankTimeout naming those that do not answer.
+    void wait(MPI_Request* requests, int count, const char* what) {
+        using clock = std::chrono::steady_clock;
+        // Spins a little first (ranks usually arrive together), then sleeps
+        // between polls, at most 500 µs, so a waiting rank leaves its core to
+        // the node's other ranks.
+        const auto deadline = clock::now() + std::chrono::duration<double>(timeout());
+        auto pause = std::chrono::microseconds(10);
+        for (int polls = 0;; ++polls) {
+            int done = 0;
+            check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
+            if (done) return;
+            answer_pings();
+            if (polls < 200) continue;
+            if (clock::now() > deadline) throw RankTimeout(timeout_message(what));
+            std::this_thread::sleep_for(pause);
+            pause = std::min(pause * 2, std::chrono::microseconds(500));
+        }
+    }
+
+    // A rank that timed out asks the others whether they are alive: every
+    // rank waiting in a collective answers (a dead or frozen one cannot).
+    void answer_pings() {
+        for (;;) {
+            int flag = 0;
+            MPI_Status status;
+            MPI_Iprobe(MPI_ANY_SOURCE, ping_tag, comm_, &flag, &status);
+            if (!flag) return;
+            std::int64_t seq = 0;
+            MPI_Recv(&seq, 1, MPI_INT64_T, status.MPI_SOURCE, ping_tag, comm_, MPI_STATUS_IGNORE);
+            pongs_.push_back(seq);
+            MPI_Request r = MPI_REQUEST_NULL;
+            MPI_Isend(&pongs_.back(), 1, MPI_INT64_T, status.MPI_SOURCE, pong_tag, comm_, &r);
+            MPI_Request_free(&r);
+        }
+    }
+
+    // The ranks that do not answer a ping within a few seconds.
+    std::vector<int> silent_ranks() {
+        std::vector<std::int64_t> ping(static_cast<std::size_t>(size_), seq_), pong(ping.size(), -1);
+        std::vector<MPI_Request> sends, receipts(ping.size(), MPI_REQUEST_NULL);
+        for (int peer = 0; peer < size_; ++peer) {
+            if (peer == rank_) continue;
+            MPI_Request r = MPI_REQUEST_NULL;
+            MPI_Isend(&ping[peer], 1, MPI_INT64_T, peer, ping_tag, comm_, &r);
+            sends.push_back(r);
+            MPI_Irecv(&pong[peer], 1, MPI_INT64_T, peer, pong_tag, comm_, &receipts[peer]);
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(5.0, timeout()));
+        std::vector<int> answered(ping.size(), 0);
+        answered[rank_] = 1;
+        while (std::chrono::steady_clock::now() < until &&
+               std::count(answered.begin(), answered.end(), 1) < size_) {
+            for (int peer = 0; peer < size_; ++peer)
+                if (!answered[peer]) MPI_Test(&receipts[peer], &answered[peer], MPI_STATUS_IGNORE);
+            answer_pings();  // another rank that timed out asks this one
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::vector<int> silent;
+        for (int peer = 0; peer < size_; ++peer)
+            if (!answered[peer]) silent.push_back(peer);
+        return silent;
+    }
+
+    std::string timeout_message(const char* what) {
+        std::string s = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " waited " +
+                        std::to_string(static_cast<int>(timeout())) + " s in the " + what + " (collective " +
+                        std::to_string(seq_) + "); ";
+        const std::vector<int> silent = silent_ranks();
+        if (silent.empty()) {
+            s += "every rank answers, yet the collective did not finish (did the ranks run different programs?)";
+        } else {
+            s += silent.size() == 1 ? "rank " : "ranks ";
+            for (std::size_t i = 0; i < silent.size(); ++i) s += (i ? ", " : "") + std::to_string(silent[i]);
+            s += silent.size() == 1 ? " does not answer: it died or hangs" : " do not answer: they died or hang";
+        }
+        return s + "; the job stops (the last saved training state is intact)";
+    }
+
+    void check(int code, const char* what) const {
+        if (code == MPI_SUCCESS) return;
+        char text[MPI_MAX_ERROR_STRING];
+        int length = 0;
+        MPI_Error_string(code, text, &length);
+        throw Error("rank " + std::to_string(rank_) + ": MPI failed in the " + what + ": " +
+                    std::string(text, static_cast<std::size_t>(length)));
+    }
+
+    static constexpr int ping_tag = 7101, pong_tag = 7102;
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int rank_ = 0, size_ = 1, local_rank_ = 0;
+    bool owns_mpi_ = false, aborted_ = false;
+    std::int64_t seq_ = 0;
+    std::deque<std::int64_t> pongs_;  // answers in flight (a deque keeps their addresses)
+};
+
+// MpiRanks when an MPI launcher started this process, else the single
+// process. Under mpirun, the host backend's kernels share the node's cores
+// among its ranks (SNUG_HOST_THREADS, unless set, becomes cores / ranks here).
+inline std::unique_ptr<Ranks> join_ranks(int* argc, char*** argv) {
+    if (!launched_by_mpi()) return std::make_unique<SingleProcess>();
+    if (std::getenv("SNUG_HOST_THREADS") == nullptr) {
+        if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+            const long ranks_here = std::max(1L, std::strtol(local, nullptr, 10));
+            const long cores = std::max(1L, static_cast<long>(std::thread::hardware_concurrency()));
+            setenv("SNUG_HOST_THREADS", std::to_string(std::max(1L, cores / ranks_here)).c_str(), 1);
+        }
+    }
+    return std::make_unique<MpiRanks>(argc, argv);
+}
+
+}  // namespace snug::dist

@@ -1,0 +1,80 @@
+// NcclCommunicator: data parallel across GPUs — the gradient and loss sums
+// of TrainStep done by NCCL (from the CUDA toolkit) on the device, queued on
+// the training stream, instead of staged through the host over MPI.
+//
+//   auto ranks = snug::dist::join_ranks(&argc, &argv);   // dist/mpi.hpp
+//   snug::dist::use_local_gpu(*ranks);                   // before any CUDA work
+//   ... Session<Cuda> s; ...
+//   snug::dist::NcclCommunicator nccl(*ranks, s.ctx.device);
+//   step.data_parallel(nccl);
+//
+// The ranks bootstrap NCCL: rank 0 makes its unique id and broadcasts it over
+// `ranks` (MPI), then every rank joins on its current GPU. One GPU per rank.
+// Sums are ncclAllReduce in place: NCCL's ring gives every rank the same bits
+// (its reduction order does not depend on the rank).
+//
+// Needs a real GPU: the emulated backend has no NCCL (its device pointers are
+// host memory); a program built for it uses the staged dist::Communicator.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
+#include "snug/cuda/runtime.hpp"
+#include "snug/dist/communicator.hpp"
+#include "snug/dist/ranks.hpp"
+
+namespace snug::dist {
+
+// Makes this rank's GPU current: GPU local_rank mod (the machine's GPUs), so
+// the ranks on one machine train on different cards. Call before any CUDA work.
+inline void use_local_gpu(const Ranks& ranks) {
+    int count = 0;
+    cuda::check(cudaGetDeviceCount(&count));
+    if (count < 1) throw NoCudaDevice("use_local_gpu: no CUDA device on this machine");
+    cuda::check(cudaSetDevice(ranks.local_rank() % count));
+}
+
+class NcclCommunicator final : public Communicator<Cuda> {
+public:
+    // Every rank calls this together, with the GPU it trains on current.
+    NcclCommunicator(Ranks& ranks, const Cuda& dev) : Communicator<Cuda>(ranks), stream_(dev.stream) {
+        ncclUniqueId id{};
+        if (ranks.rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        ranks.broadcast(&id, sizeof id, 0, "broadcast of NCCL's unique id");
+        check(ncclCommInitRank(&comm_, ranks.size(), id, ranks.rank()), "ncclCommInitRank");
+    }
+    ~NcclCommunicator() override {
+        if (comm_ != nullptr) ncclCommDestroy(comm_);
+    }
+
+    void all_reduce_sum(const Cuda& dev, float* data, std::int64_t n, const char* what) override {
+        sum(dev, data, n, ncclFloat32, what);
+    }
+    void all_reduce_sum(const Cuda& dev, double* data, std::int64_t n, const char* what) override {
+        sum(dev, data, n, ncclFloat64, what);
+    }
+
+private:
+    void sum(const Cuda& dev, void* data, std::int64_t n, ncclDataType_t type, const char* what) {
+        if (size() == 1 || n == 0) return;
+        if (dev.stream != stream_)
+            throw Error(std::string("NcclCommunicator: the ") + what +
+                        " was asked on another stream than the one the communicator was made for");
+        check(ncclAllReduce(data, data, static_cast<std::size_t>(n), type, ncclSum, comm_, dev.stream), what);
+    }
+    void check(ncclResult_t result, const char* what) const {
+        if (result == ncclSuccess) return;
+        throw Error("rank " + std::to_string(rank()) + ": NCCL failed in the " + what + ": " +
+                    ncclGetErrorString(result));
+    }
+
+    ncclComm_t comm_ = nullptr;
+    cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace snug::dist

@@ -1,0 +1,102 @@
+#!/bin/sh
+# Data parallel under mpirun: train_gpt on 2 ranks of micro-batch 2 against
+# one process of micro-batch 4 (the same tokens, the same updates within
+# rounding), rank 0 alone reports; then, on the host: a 2-rank resume equal
+# to the uninterrupted run, a resume with another rank count refused naming
+# both, and the faults: a rank that hangs (the other names it after
+# --rank-timeout) and a rank that dies (mpirun names it), each leaving the
+# last saved state loadable and resumable.
+#   data_parallel.sh TRAIN_GPT MPIEXEC DIR host|cuda
+# Prints "all ok" at the end.
+set -eu
+exe=$1 mpiexec=$2 dir=$3 device=$4
+here=$(dirname "$0")
+rm -rf "$dir"
+mkdir -p "$dir"
+# Open MPI refuses to run as root (CI) without these, and 2 ranks on a
+# one-core machine without oversubscription.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fail() { echo "FAIL: $*"; exit 1; }
+small="--device $device --layers 2 --heads 2 --channels 32 --seq 16 --accum 2 --eval-batches 2 --sample 0"
+every3="--eval-every 3"
+
+# 1. Two ranks of 2 sequences equal one process of 4: bf16 (fp32 master).
+#    The ranks add the per-sequence gradients in another order: the losses
+#    agree within 16-bit rounding (2e-3 relative), the weights on average
+#    within 1e-4 (AdamW may flip an update's sign where a gradient is ~0).
+"$exe" $small $every3 --precision bf16 --batch 4 --steps 6 --out "$dir/one" --save-model "$dir/one.bin" > "$dir/one.log"
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --out "$dir/two" --save-model "$dir/two.bin" \
+  > "$dir/two.log" 2>&1 || { cat "$dir/two.log"; fail "2 ranks did not train"; }
+grep -q "data parallel: 2 ranks over MPI" "$dir/two.log" || fail "the 2-rank run does not say it is data parallel"
+[ "$(grep -c '^summary' "$dir/two.log")" = 1 ] || fail "more than one rank printed a summary"
+python3 "$here/compare_runs.py" "$dir/one/metrics.jsonl" "$dir/two/metrics.jsonl" --rel 2e-3 \
+  --models "$dir/one.bin" "$dir/two.bin" --mean-abs 1e-4
+echo "ok: 2 ranks x 2 = 1 x 4"
+[ "$device" = host ] || { echo "all ok"; exit 0; }
+
+# 2. Stopped after update 3 and resumed on 2 ranks: the uninterrupted run's numbers exactly.
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --stop-after 3 --out "$dir/resumed" > /dev/null 2>&1
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --resume "$dir/resumed/state.snug" \
+  --out "$dir/resumed" > "$dir/resumed.log" 2>&1 || { cat "$dir/resumed.log"; fail "2-rank resume"; }
+python3 "$here/compare_runs.py" "$dir/two/metrics.jsonl" "$dir/resumed/metrics.jsonl" --rel 0
+echo "ok: 2-rank resume"
+
+# 3. The 2-rank state in one process: refused, naming both counts, nothing written.
+before=$(cksum < "$dir/two/state.snug")
+set +e
+"$exe" $small $every3 --precision bf16 --batch 2 --steps 8 --resume "$dir/two/state.snug" --out "$dir/two" > "$dir/refused.log" 2>&1
+code=$?
+set -e
+[ $code = 2 ] || { cat "$dir/refused.log"; fail "resume with another rank count: exit $code, not 2"; }
+grep -q "ranks was 2 in the saved run but is 1 now" "$dir/refused.log" || { cat "$dir/refused.log"; fail "message"; }
+[ "$(cksum < "$dir/two/state.snug")" = "$before" ] || fail "a refused resume changed the state file"
+echo "ok: another rank count refused"
+
+# Starts a long 2-rank run saving every 5 updates, waits for its first save,
+# then sends rank 1 the signal $2 and waits for the job to end; its output
+# goes to $1.log.
+fault() {
+  out=$1 signal=$2
+  "$mpiexec" -np 2 "$exe" $small --batch 2 --steps 100000 --eval-every 100000 --save-every 5 --rank-timeout 3 \
+    --out "$out" > "$out.log" 2>&1 &
+  job=$!
+  i=0
+  until [ -f "$out/state.snug" ]; do
+    i=$((i + 1))
+    [ $i -lt 600 ] || { kill $job 2> /dev/null; cat "$out.log"; fail "no state saved within 60 s"; }
+    sleep 0.1
+  done
+  rank1=""
+  for p in $(pgrep -f -- "--out $out\$" || true); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then rank1=$p; fi
+  done
+  [ -n "$rank1" ] || { kill $job 2> /dev/null; fail "rank 1's process not found"; }
+  kill "-$signal" "$rank1"
+  set +e
+  wait $job
+  code=$?
+  set -e
+  kill -KILL "$rank1" 2> /dev/null || true  # a stopped rank left behind
+  [ $code != 0 ] || fail "the job with rank 1 ${signal}ed exited 0"
+  # The state is whole: resuming with too few --steps loads it and names its update...
+  set +e
+  "$mpiexec" -np 2 "$exe" $small --batch 2 --steps 1 --eval-every 100000 --resume "$out/state.snug" > "$out.probe" 2>&1
+  set -e
+  saved=$(sed -n 's/.*the saved run already did \([0-9]*\) updates.*/\1/p' "$out.probe" | head -n 1)
+  [ -n "$saved" ] || { cat "$out.probe"; fail "the state after the fault does not load"; }
+  # ... and two more updates from it train.
+  "$mpiexec" -np 2 "$exe" $small --batch 2 --steps $((saved + 2)) --eval-every 100000 --resume "$out/state.snug" \
+    > "$out.resumed" 2>&1 || { cat "$out.resumed"; fail "resume after the fault"; }
+}
+
+# 4. Rank 1 hangs: rank 0 names it after --rank-timeout 3 and the job ends.
+fault "$dir/hang" STOP
+grep -q "rank 0 of 2 waited 3 s in the .*; rank 1 does not answer: it died or hangs" "$dir/hang.log" ||
+  { tail -c 2000 "$dir/hang.log"; fail "the hang's message"; }
+echo "ok: a hanging rank is named, the state is intact"
+
+# 5. Rank 1 dies: mpirun names it and ends the job.
+fault "$dir/dead" KILL
+grep -q "rank 1 with PID" "$dir/dead.log" || { tail -c 2000 "$dir/dead.log"; fail "the death's message"; }
+echo "ok: a dead rank is named, the state is intact"
+echo "all ok"
