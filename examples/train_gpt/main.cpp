@@ -171,6 +171,9 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
                  "nothing is allocated");
     app.add_flag("--ladder", run_ladder, "run the VRAM ladder (see vram_ladder --help) with these model/data options");
     app.add_option("--ladder-out", ladder.out, "with --ladder: directory for ladder.csv / ladder.json");
+    app.add_flag("--zero", o.zero,
+                 "under mpirun: shard AdamW's state (master weights, moments) across the ranks (ZeRO-1): each "
+                 "keeps 1/N of it");
     app.add_option("--rank-timeout", rank_timeout,
                    "under mpirun: seconds a rank waits for the others in a collective before the job stops, "
                    "naming the ranks that never came")

@@ -1,11 +1,12 @@
 #!/bin/sh
 # Data parallel under mpirun: train_gpt on 2 ranks of micro-batch 2 against
 # one process of micro-batch 4 (the same tokens, the same updates within
-# rounding), rank 0 alone reports; then, on the host: a 2-rank resume equal
-# to the uninterrupted run, a resume with another rank count refused naming
-# both, and the faults: a rank that hangs (the other names it after
-# --rank-timeout) and a rank that dies (mpirun names it), each leaving the
-# last saved state loadable and resumable.
+# rounding), rank 0 alone reports; ZeRO-1 (--zero) against plain data
+# parallel; then, on the host: 2-rank resumes (plain and ZeRO-1) equal to the
+# uninterrupted runs, ZeRO-1 files resumed without it and back, a resume with
+# another rank count refused naming both, and the faults: a rank that hangs
+# (the other names it after --rank-timeout) and a rank that dies (mpirun
+# names it), each leaving the last saved state loadable and resumable.
 #   data_parallel.sh TRAIN_GPT MPIEXEC DIR host|cuda
 # Prints "all ok" at the end.
 set -eu
@@ -32,16 +33,39 @@ grep -q "data parallel: 2 ranks over MPI" "$dir/two.log" || fail "the 2-rank run
 python3 "$here/compare_runs.py" "$dir/one/metrics.jsonl" "$dir/two/metrics.jsonl" --rel 2e-3 \
   --models "$dir/one.bin" "$dir/two.bin" --mean-abs 1e-4
 echo "ok: 2 ranks x 2 = 1 x 4"
+
+# 2. ZeRO-1 (--zero): each rank keeps half of the optimizer's state, and the
+#    updates are plain data parallel's (the norm is summed in another order:
+#    equal within 1e-5; measured equal here).
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --out "$dir/zero" \
+  --save-model "$dir/zero.bin" > "$dir/zero.log" 2>&1 || { cat "$dir/zero.log"; fail "ZeRO-1 did not train"; }
+grep -q "ZeRO-1: each rank keeps 1/2 of the optimizer's state" "$dir/zero.log" || fail "ZeRO-1 is not reported"
+python3 "$here/compare_runs.py" "$dir/two/metrics.jsonl" "$dir/zero/metrics.jsonl" --rel 1e-5 \
+  --models "$dir/two.bin" "$dir/zero.bin" --mean-abs 1e-6
+echo "ok: ZeRO-1 = plain data parallel"
 [ "$device" = host ] || { echo "all ok"; exit 0; }
 
-# 2. Stopped after update 3 and resumed on 2 ranks: the uninterrupted run's numbers exactly.
+# 3. Stopped after update 3 and resumed on 2 ranks: the uninterrupted run's numbers exactly.
 "$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --stop-after 3 --out "$dir/resumed" > /dev/null 2>&1
 "$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --resume "$dir/resumed/state.snug" \
   --out "$dir/resumed" > "$dir/resumed.log" 2>&1 || { cat "$dir/resumed.log"; fail "2-rank resume"; }
 python3 "$here/compare_runs.py" "$dir/two/metrics.jsonl" "$dir/resumed/metrics.jsonl" --rel 0
 echo "ok: 2-rank resume"
 
-# 3. The 2-rank state in one process: refused, naming both counts, nothing written.
+# ... with ZeRO-1 too (the file holds the state gathered whole); and a ZeRO-1
+# file resumes without --zero, a plain one with it.
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --stop-after 3 \
+  --out "$dir/zero_resumed" > /dev/null 2>&1
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero \
+  --resume "$dir/zero_resumed/state.snug" --out "$dir/zero_resumed" > "$dir/zero_resumed.log" 2>&1 ||
+  { cat "$dir/zero_resumed.log"; fail "ZeRO-1 resume"; }
+python3 "$here/compare_runs.py" "$dir/zero/metrics.jsonl" "$dir/zero_resumed/metrics.jsonl" --rel 0
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 7 --resume "$dir/zero/state.snug" \
+  > "$dir/unsharded.log" 2>&1 || { cat "$dir/unsharded.log"; fail "a ZeRO-1 state resumed without --zero"; }
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 7 --zero --resume "$dir/two/state.snug" \
+  > "$dir/sharded.log" 2>&1 || { cat "$dir/sharded.log"; fail "a plain state resumed with --zero"; }
+echo "ok: ZeRO-1 resume, either way"
+# 4. The 2-rank state in one process: refused, naming both counts, nothing written.
 before=$(cksum < "$dir/two/state.snug")
 set +e
 "$exe" $small $every3 --precision bf16 --batch 2 --steps 8 --resume "$dir/two/state.snug" --out "$dir/two" > "$dir/refused.log" 2>&1
@@ -89,13 +113,13 @@ fault() {
     > "$out.resumed" 2>&1 || { cat "$out.resumed"; fail "resume after the fault"; }
 }
 
-# 4. Rank 1 hangs: rank 0 names it after --rank-timeout 3 and the job ends.
+# 5. Rank 1 hangs: rank 0 names it after --rank-timeout 3 and the job ends.
 fault "$dir/hang" STOP
 grep -q "rank 0 of 2 waited 3 s in the .*; rank 1 does not answer: it died or hangs" "$dir/hang.log" ||
   { tail -c 2000 "$dir/hang.log"; fail "the hang's message"; }
 echo "ok: a hanging rank is named, the state is intact"
 
-# 5. Rank 1 dies: mpirun names it and ends the job.
+# 6. Rank 1 dies: mpirun names it and ends the job.
 fault "$dir/dead" KILL
 grep -q "rank 1 with PID" "$dir/dead.log" || { tail -c 2000 "$dir/dead.log"; fail "the death's message"; }
 echo "ok: a dead rank is named, the state is intact"

@@ -13,6 +13,7 @@
 #include "snug/core/half.hpp"
 #include "snug/dist/communicator.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/train/planner.hpp"
 #include "snug/train/train_step.hpp"
 #include "support/host_run.hpp"
 
@@ -102,6 +103,8 @@ namespace {
 
 struct Trace {
     std::vector<float> losses, norms;
+    std::vector<float> working;    // the working weights at the end, widened
+    std::size_t state = 0;         // the tracker's optimizer state + master weights bytes
     std::vector<float> gradients;  // after the first update: the mean gradient (fp32; fp16: unscaled)
     std::vector<float> weights;    // fp32: the master copy (or the fp32 parameters)
     std::size_t peak = 0;        // the tracker's peak bytes
@@ -111,7 +114,7 @@ struct Trace {
 // rows; with `comm`, each rank trains on its rows of the global batch of
 // N·B (rows rank·B ...), as train/run.hpp slices it.
 template <class Precision>
-Trace train(int B, snug::dist::Communicator<Host>* comm) {
+Trace train(int B, snug::dist::Communicator<Host>* comm, snug::TrainConfig tc = {}) {
     using Act = typename Precision::compute_type;
     using Model = snug::GPT<Act, Host>;
     constexpr int T = 16, accum = 2;
@@ -121,7 +124,7 @@ Trace train(int B, snug::dist::Communicator<Host>* comm) {
     const auto w0 = snug::gpt_initial_weights(c, 21);
     model.load_weights(run.ctx.device, w0);
     snug::TrainStep<Model, Precision, snug::accumulate::Steps, snug::checkpoint::None> step(
-        model, run.tracker, run.ctx.device, w0, {}, Precision{}, snug::accumulate::Steps(accum));
+        model, run.tracker, run.ctx.device, w0, tc, Precision{}, snug::accumulate::Steps(accum));
     if (comm) step.data_parallel(*comm);
     const int rank = comm ? comm->rank() : 0;
     const int global_rows = comm ? comm->size() * B : B;
@@ -149,12 +152,17 @@ Trace train(int B, snug::dist::Communicator<Host>* comm) {
         t.norms.push_back(r.grad_norm);
     }
     const std::int64_t P = model.num_parameters();
-    t.weights.resize(static_cast<std::size_t>(P));
-    if constexpr (std::is_same_v<Act, float>)
-        std::copy_n(model.parameters(), P, t.weights.begin());
-    else
-        std::copy_n(step.optimizer().master(), P, t.weights.begin());
+    if (!step.sharded()) {
+        t.weights.resize(static_cast<std::size_t>(P));
+        if constexpr (std::is_same_v<Act, float>)
+            std::copy_n(model.parameters(), P, t.weights.begin());
+        else if (step.optimizer().master() != nullptr)
+            std::copy_n(step.optimizer().master(), P, t.weights.begin());
+    }
+    for (std::int64_t i = 0; i < P; ++i) t.working.push_back(static_cast<float>(model.parameters()[i]));
     t.peak = run.tracker.peak_total();
+    t.state = run.tracker.peak(snug::MemoryCategory::optimizer_state) +
+              run.tracker.peak(snug::MemoryCategory::master_weights);
     return t;
 }
 
@@ -209,4 +217,109 @@ TEST_CASE("TrainStep over N ranks of micro-batch B matches one process of micro-
     matches_one_process<snug::precision::Fp32>(1e-5, 1e-7);
     matches_one_process<snug::precision::Bf16>(2e-3, 1e-4);
     matches_one_process<snug::precision::Fp16<snug::DynamicLossScaler>>(2e-3, 1e-4);
+}
+
+namespace {
+
+// ZeRO-1 against plain data parallel on the same ranks: the same updates
+// but for the clipping factor, whose norm is summed in another order (each
+// rank's shard, then across ranks: a last-bit difference, so the weights
+// agree to 1e-6 on average and losses to 1e-5); each rank keeps exactly its
+// shard's state.
+template <class Precision>
+void zero1_matches_data_parallel(snug::MomentStorage moments, snug::MasterStorage master,
+                                 std::size_t bytes_per_parameter) {
+    INFO(Precision::name << ", moments " << snug::moment_storage_name(moments) << ", master "
+                         << snug::master_storage_name(master));
+    const int N = ranks().size();
+    snug::dist::Communicator<Host> comm(ranks());
+    snug::TrainConfig tc;
+    tc.adamw.moments = moments;
+    tc.adamw.master = master;
+    const Trace plain = train<Precision>(2, &comm, tc);
+    tc.shards = N;
+    tc.shard = ranks().rank();
+    const Trace zero = train<Precision>(2, &comm, tc);
+    for (std::size_t s = 0; s < plain.losses.size(); ++s) {
+        INFO("update " << s + 1);
+        CHECK(std::fabs(zero.losses[s] - plain.losses[s]) <= 1e-5 * std::fabs(plain.losses[s]));
+        CHECK(std::fabs(zero.norms[s] - plain.norms[s]) <= 1e-5 * std::fabs(plain.norms[s]));
+    }
+    double mean = 0.0;
+    for (std::size_t i = 0; i < plain.working.size(); ++i)
+        mean += std::fabs(zero.working[i] - plain.working[i]) / static_cast<double>(plain.working.size());
+    CHECK(mean <= 1e-6);
+    // Every rank gathered the same weights.
+    CHECK(ranks().all_equal(snug::dist::fingerprint(zero.working.data(), zero.working.size() * 4), "gathered"));
+    // The state: this rank's shard only; the shards add up to the whole, and
+    // the peak falls by exactly the state not kept. With fp32 moments (and
+    // fp32 master for 16-bit weights) that is bytes_per_parameter for each
+    // parameter of the shard: per rank (2 + 4) Ψ of weights and gradients
+    // plus 12 Ψ / N of state for bf16, instead of 18 Ψ.
+    CHECK(ranks().sum(static_cast<double>(zero.state), "state bytes") == static_cast<double>(plain.state));
+    CHECK(plain.peak - zero.peak == plain.state - zero.state);
+    if (bytes_per_parameter > 0) {
+        using Act = typename Precision::compute_type;
+        const snug::GPTConfig c = snug::GPTConfig::preset("d2").with_vocab(64).with_context(16);
+        snug::MemoryTracker t;
+        snug::GPT<Act, Host> model(c, t);
+        const auto cuts =
+            snug::AdamW<Act, Host>::shard_cuts(model.num_parameters(), model.parameter_groups(), N);
+        const std::int64_t mine = cuts[ranks().rank() + 1] - cuts[ranks().rank()];
+        CHECK(zero.state == bytes_per_parameter * static_cast<std::size_t>(mine));
+        CHECK(plain.state == bytes_per_parameter * static_cast<std::size_t>(model.num_parameters()));
+        // Balanced: no shard more than one 8-bit block (256) from P / N.
+        CHECK(std::fabs(static_cast<double>(mine) - static_cast<double>(model.num_parameters()) / N) <= 256);
+    }
+    // The planner (one process, on snug::Meter) predicts the state of the
+    // rank with the largest shard: the largest any rank's tracker counted.
+    std::vector<std::int64_t> states(static_cast<std::size_t>(N)), cuts(states.size() + 1);
+    states[ranks().rank()] = static_cast<std::int64_t>(zero.state);
+    for (int r = 0; r <= N; ++r) cuts[r] = 8 * r;
+    ranks().all_gather(states.data(), cuts, "state bytes of every rank");
+    snug::MemoryPlanInput in;
+    in.model = snug::GPTConfig::preset("d2").with_vocab(64).with_context(16);
+    in.precision = snug::parse_precision_kind(Precision::name);
+    in.micro_batch = 2;
+    in.seq = 16;
+    in.accumulation = 2;
+    in.moments = moments;
+    in.master = master;
+    in.zero_ranks = N;
+    const snug::MemoryPlan plan = snug::predict_memory(in);
+    CHECK(plan.peak[static_cast<std::size_t>(snug::MemoryCategory::optimizer_state)] +
+              plan.peak[static_cast<std::size_t>(snug::MemoryCategory::master_weights)] ==
+          static_cast<std::size_t>(*std::max_element(states.begin(), states.end())));
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1: each rank keeps its shard of the optimizer state and trains as plain data parallel") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    zero1_matches_data_parallel<snug::precision::Fp32>(MomentStorage::fp32, MasterStorage::fp32, 8);
+    zero1_matches_data_parallel<snug::precision::Bf16>(MomentStorage::fp32, MasterStorage::fp32, 12);
+    zero1_matches_data_parallel<snug::precision::Fp16<snug::DynamicLossScaler>>(MomentStorage::fp32,
+                                                                               MasterStorage::fp32, 12);
+    zero1_matches_data_parallel<snug::precision::Bf16>(MomentStorage::bf16, MasterStorage::none, 4);
+    zero1_matches_data_parallel<snug::precision::Bf16>(MomentStorage::int8, MasterStorage::none, 0);
+}
+
+TEST_CASE("ZeRO-1 refuses a communicator of another size or rank") {
+    using Catch::Matchers::Contains;
+    snug::dist::Communicator<Host> comm(ranks());
+    snug::TrainConfig tc;
+    tc.shards = ranks().size() + 1;
+    tc.shard = ranks().rank();
+    using Model = snug::GPT<float, Host>;
+    const snug::GPTConfig c = snug::GPTConfig::preset("d2").with_vocab(64).with_context(16);
+    snug::test::HostRun run;
+    Model model(c, run.tracker);
+    model.load_weights(run.ctx.device, snug::gpt_initial_weights(c, 21));
+    snug::TrainStep<Model, snug::precision::Fp32, snug::accumulate::None, snug::checkpoint::None> step(
+        model, run.tracker, run.ctx.device, tc);
+    CHECK_THROWS_WITH(step.data_parallel(comm), Contains("sharded for rank") && Contains("but the communicator is rank"));
+    tc.shard = tc.shards;
+    using Step = decltype(step);
+    CHECK_THROWS_WITH(Step(model, run.tracker, run.ctx.device, tc), Contains("need 0 <= shard < shards"));
 }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -46,8 +47,46 @@ public:
         reduce(dev, data, n, what);
     }
 
+    // ZeRO-1 (see Ranks): rank r's part [cuts[r], cuts[r + 1]) of `data`
+    // (device memory, fp32) becomes the sum over the ranks of that part.
+    virtual void reduce_scatter_sum(const D& dev, float* data, std::span<const std::int64_t> cuts, const char* what) {
+        if (ranks_.size() == 1) return;
+        if constexpr (std::is_same_v<D, Host>) {
+            ranks_.reduce_scatter_sum(data, cuts, what);
+        } else {
+            std::vector<float>& staging = staging_for<float>();
+            staging.resize(static_cast<std::size_t>(cuts.back()));
+            download(dev, staging.data(), data, cuts.back());
+            ranks_.reduce_scatter_sum(staging.data(), cuts, what);
+            const std::int64_t a = cuts[rank()], b = cuts[rank() + 1];
+            upload(dev, data + a, staging.data() + a, b - a);
+        }
+    }
+    // Every rank's `data` (device memory) receives every rank's part.
+    template <class T>
+    void all_gather(const D& dev, T* data, std::span<const std::int64_t> cuts, const char* what) {
+        std::vector<std::int64_t> bytes(cuts.begin(), cuts.end());
+        for (std::int64_t& b : bytes) b *= static_cast<std::int64_t>(sizeof(T));
+        all_gather_bytes(dev, data, bytes, what);
+    }
+    virtual void all_gather_bytes(const D& dev, void* data, std::span<const std::int64_t> byte_cuts, const char* what) {
+        if (ranks_.size() == 1) return;
+        if constexpr (std::is_same_v<D, Host>) {
+            ranks_.all_gather(data, byte_cuts, what);
+        } else {
+            auto* device = static_cast<unsigned char*>(data);
+            gather_staging_.resize(static_cast<std::size_t>(byte_cuts.back()));
+            const std::int64_t a = byte_cuts[rank()], b = byte_cuts[rank() + 1];
+            download(dev, gather_staging_.data() + a, device + a, b - a);
+            ranks_.all_gather(gather_staging_.data(), byte_cuts, what);
+            upload(dev, device, gather_staging_.data(), byte_cuts.back());
+        }
+    }
+
     // Host bytes this communicator holds for staging (0 on the host backend).
-    std::size_t staging_bytes() const { return staging_f32_.capacity() * 4 + staging_f64_.capacity() * 8; }
+    std::size_t staging_bytes() const {
+        return staging_f32_.capacity() * 4 + staging_f64_.capacity() * 8 + gather_staging_.capacity();
+    }
 
 private:
     template <class T>
@@ -78,6 +117,7 @@ private:
     std::int64_t bucket_;
     std::vector<float> staging_f32_;
     std::vector<double> staging_f64_;
+    std::vector<unsigned char> gather_staging_;
 };
 
 }  // namespace snug::dist

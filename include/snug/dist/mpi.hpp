@@ -32,7 +32,9 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "snug/dist/ranks.hpp"
@@ -81,9 +83,25 @@ public:
         return "MPI (" + v + ")";
     }
 
-    void all_reduce_sum(float* data, std::int64_t n, const char* what) override { sum_in_place(data, n, MPI_FLOAT, what); }
-    void all_reduce_sum(double* data, std::int64_t n, const char* what) override {
-        sum_in_place(data, n, MPI_DOUBLE, what);
+    void all_reduce_sum(float* data, std::int64_t n, const char* what) override { sum_in_place(data, n, what); }
+    void all_reduce_sum(double* data, std::int64_t n, const char* what) override { sum_in_place(data, n, what); }
+    void reduce_scatter_sum(float* data, std::span<const std::int64_t> cuts, const char* what) override {
+        check_cuts(cuts, what);
+        scatter_sums(data, cuts, what);
+    }
+    void all_gather(void* data, std::span<const std::int64_t> byte_cuts, const char* what) override {
+        check_cuts(byte_cuts, what);
+        auto* bytes = static_cast<unsigned char*>(data);
+        gather_parts(bytes + byte_cuts[rank_], bytes, byte_cuts, -1, what);
+    }
+    void gather(const void* part, void* whole, std::span<const std::int64_t> byte_cuts, int root,
+                const char* what) override {
+        check_cuts(byte_cuts, what);
+        const auto* mine = static_cast<const unsigned char*>(part);
+        auto* all = static_cast<unsigned char*>(whole);
+        if (rank_ == root && all + byte_cuts[rank_] != mine)
+            std::memmove(all + byte_cuts[rank_], mine, static_cast<std::size_t>(byte_cuts[rank_ + 1] - byte_cuts[rank_]));
+        gather_parts(mine, all, byte_cuts, root, what);
     }
     bool all_equal(std::uint64_t value, const char* what) override {
         std::uint64_t low[2] = {value, ~value}, high[2] = {0, 0};  // min of value and of ~value: min and max
@@ -116,31 +134,80 @@ public:
     }
 
 private:
-    // The reduce-scatter leaves rank r's part (counts[r] values) at the start
-    // of `data`; it moves to its place, then the all-gather fills the rest.
+    // An all-reduce: a reduce-scatter over equal parts, then an all-gather.
     template <class T>
-    void sum_in_place(T* data, std::int64_t n, MPI_Datatype type, const char* what) {
-        // MPI counts are ints: pieces of at most 2^30 values.
-        constexpr std::int64_t piece = std::int64_t{1} << 30;
-        for (std::int64_t at = 0; at < n; at += piece) {
-            const std::int64_t m = std::min(piece, n - at);
-            std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
-            for (int r = 0, offset = 0; r < size_; ++r) {
-                counts[r] = static_cast<int>(m / size_ + (r < m % size_ ? 1 : 0));
-                displs[r] = offset;
-                offset += counts[r];
-            }
-            T* part = data + at;
+    void sum_in_place(T* data, std::int64_t n, const char* what) {
+        std::vector<std::int64_t> cuts(static_cast<std::size_t>(size_) + 1), bytes(cuts.size());
+        for (int r = 0; r <= size_; ++r) {
+            cuts[r] = n / size_ * r + std::min<std::int64_t>(r, n % size_);
+            bytes[r] = cuts[r] * static_cast<std::int64_t>(sizeof(T));
+        }
+        scatter_sums(data, std::span<const std::int64_t>(cuts), what);
+        auto* all = reinterpret_cast<unsigned char*>(data);
+        gather_parts(all + bytes[rank_], all, bytes, -1, what);
+    }
+
+    void check_cuts(std::span<const std::int64_t> cuts, const char* what) const {
+        bool ok = cuts.size() == static_cast<std::size_t>(size_) + 1 && cuts.front() == 0;
+        for (std::size_t i = 1; ok && i < cuts.size(); ++i) ok = cuts[i] >= cuts[i - 1];
+        if (!ok)
+            throw Error(std::string("MpiRanks: the ") + what + " needs " + std::to_string(size_ + 1) +
+                        " non-decreasing cuts from 0, one part per rank; got " + std::to_string(cuts.size()));
+    }
+
+    // MPI counts are ints: the vector goes in windows of at most 2^30
+    // elements, each rank's part of a window as its count. The reduce-scatter
+    // leaves rank r's sum at the start of the window; it moves to its place.
+    template <class T>
+    void scatter_sums(T* data, std::span<const std::int64_t> cuts, const char* what) {
+        const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+        for (std::int64_t at = 0; at < cuts.back(); at += window) {
+            const std::int64_t end = std::min(cuts.back(), at + window);
+            std::vector<int> counts(static_cast<std::size_t>(size_));
+            for (int r = 0; r < size_; ++r)
+                counts[r] = static_cast<int>(std::max<std::int64_t>(
+                    0, std::min(end, cuts[r + 1]) - std::max(at, cuts[r])));
             ++seq_;
-            MPI_Request r = MPI_REQUEST_NULL;
-            check(MPI_Ireduce_scatter(MPI_IN_PLACE, part, counts.data(), type, MPI_SUM, comm_, &r), what);
-            wait(&r, 1, what);
-            if (displs[rank_] != 0) std::memmove(part + displs[rank_], part, sizeof(T) * counts[rank_]);
-            ++seq_;
-            check(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, part, counts.data(), displs.data(), type, comm_, &r), what);
-            wait(&r, 1, what);
+            MPI_Request req = MPI_REQUEST_NULL;
+            check(MPI_Ireduce_scatter(MPI_IN_PLACE, data + at, counts.data(), type, MPI_SUM, comm_, &req), what);
+            wait(&req, 1, what);
+            const std::int64_t mine = std::max(at, cuts[rank_]);
+            if (counts[rank_] > 0 && mine != at)
+                std::memmove(data + mine, data + at, sizeof(T) * static_cast<std::size_t>(counts[rank_]));
         }
     }
+    // Every rank's part (byte cuts; this rank's at `mine`) into `data` of
+    // every rank (root -1, where `mine` is its place in `data`) or of root
+    // alone (where it is in place already).
+    void gather_parts(const unsigned char* mine, unsigned char* data, std::span<const std::int64_t> cuts, int root,
+                      const char* what) {
+        for (std::int64_t at = 0; at < cuts.back(); at += window) {
+            const std::int64_t end = std::min(cuts.back(), at + window);
+            std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
+            for (int r = 0; r < size_; ++r) {
+                const std::int64_t a = std::clamp(cuts[r], at, end), b = std::clamp(cuts[r + 1], at, end);
+                counts[r] = static_cast<int>(b - a);
+                displs[r] = static_cast<int>(a - at);
+            }
+            ++seq_;
+            MPI_Request req = MPI_REQUEST_NULL;
+            unsigned char* w = data + at;
+            if (root < 0)
+                check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, w, counts.data(), displs.data(), MPI_BYTE, comm_, &req),
+                      what);
+            else if (rank_ == root)
+                check(MPI_Igatherv(MPI_IN_PLACE, 0, MPI_BYTE, w, counts.data(), displs.data(), MPI_BYTE, root, comm_,
+                                   &req),
+                      what);
+            else
+                check(MPI_Igatherv(mine + (std::max(at, cuts[rank_]) - cuts[rank_]), counts[rank_], MPI_BYTE, nullptr,
+                                   nullptr, nullptr, MPI_BYTE, root, comm_, &req),
+                      what);
+            wait(&req, 1, what);
+        }
+    }
+
+    static constexpr std::int64_t window = std::int64_t{1} << 30;
 
     // Polls the requests until all are complete, answering other ranks'
     // pings meanwhile; past the timeout, pings every other rank and throws

@@ -20,6 +20,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "snug/cuda/check.hpp"
@@ -59,12 +60,42 @@ public:
         sum(dev, data, n, ncclFloat64, what);
     }
 
+    // Uneven parts: one ncclReduce per rank (to that rank) in a group.
+    void reduce_scatter_sum(const Cuda& dev, float* data, std::span<const std::int64_t> cuts,
+                            const char* what) override {
+        if (size() == 1) return;
+        check_stream(dev, what);
+        check(ncclGroupStart(), what);
+        for (int r = 0; r < size(); ++r)
+            check(ncclReduce(data + cuts[r], data + cuts[r], static_cast<std::size_t>(cuts[r + 1] - cuts[r]),
+                             ncclFloat32, ncclSum, r, comm_, dev.stream),
+                  what);
+        check(ncclGroupEnd(), what);
+    }
+    // One ncclBroadcast per rank (from that rank) in a group.
+    void all_gather_bytes(const Cuda& dev, void* data, std::span<const std::int64_t> byte_cuts,
+                          const char* what) override {
+        if (size() == 1) return;
+        check_stream(dev, what);
+        auto* bytes = static_cast<unsigned char*>(data);
+        check(ncclGroupStart(), what);
+        for (int r = 0; r < size(); ++r)
+            check(ncclBroadcast(bytes + byte_cuts[r], bytes + byte_cuts[r],
+                                static_cast<std::size_t>(byte_cuts[r + 1] - byte_cuts[r]), ncclUint8, r, comm_,
+                                dev.stream),
+                  what);
+        check(ncclGroupEnd(), what);
+    }
+
 private:
-    void sum(const Cuda& dev, void* data, std::int64_t n, ncclDataType_t type, const char* what) {
-        if (size() == 1 || n == 0) return;
+    void check_stream(const Cuda& dev, const char* what) const {
         if (dev.stream != stream_)
             throw Error(std::string("NcclCommunicator: the ") + what +
                         " was asked on another stream than the one the communicator was made for");
+    }
+    void sum(const Cuda& dev, void* data, std::int64_t n, ncclDataType_t type, const char* what) {
+        if (size() == 1 || n == 0) return;
+        check_stream(dev, what);
         check(ncclAllReduce(data, data, static_cast<std::size_t>(n), type, ncclSum, comm_, dev.stream), what);
     }
     void check(ncclResult_t result, const char* what) const {

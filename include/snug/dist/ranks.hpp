@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <span>
 #include <string>
 
 #include "snug/core/error.hpp"
@@ -57,6 +59,18 @@ public:
     // `bytes` of `data` on rank `root` copied to every rank's `data`.
     virtual void broadcast(void* data, std::size_t bytes, int root, const char* what) = 0;
 
+    // ZeRO-1's collectives, over a vector cut into one part per rank: rank r
+    // owns [cuts[r], cuts[r + 1]) (size() + 1 cuts, 0 first, the length last).
+    // reduce_scatter_sum: rank r's part of `data` becomes the sum over the
+    // ranks of that part (in place; the rest of `data` is left undefined).
+    virtual void reduce_scatter_sum(float* data, std::span<const std::int64_t> cuts, const char* what) = 0;
+    // all_gather: every rank's `data` receives every rank's part (cuts in bytes).
+    virtual void all_gather(void* data, std::span<const std::int64_t> byte_cuts, const char* what) = 0;
+    // gather: rank `root`'s `whole` (byte_cuts.back() bytes) receives every
+    // rank's `part` (its byte_cuts[r + 1] - byte_cuts[r] bytes) at its place;
+    // `whole` is read on the root only.
+    virtual void gather(const void* part, void* whole, std::span<const std::int64_t> byte_cuts, int root,
+                        const char* what) = 0;
     // Seconds a collective waits for the other ranks before RankTimeout.
     double timeout() const { return timeout_; }
     void set_timeout(double seconds) {
@@ -90,6 +104,11 @@ public:
     bool all_equal(std::uint64_t, const char*) override { return true; }
     bool any(bool value, const char*) override { return value; }
     void broadcast(void*, std::size_t, int, const char*) override {}
+    void reduce_scatter_sum(float*, std::span<const std::int64_t>, const char*) override {}
+    void all_gather(void*, std::span<const std::int64_t>, const char*) override {}
+    void gather(const void* part, void* whole, std::span<const std::int64_t> byte_cuts, int, const char*) override {
+        if (whole != part) std::memcpy(whole, part, static_cast<std::size_t>(byte_cuts.back()));
+    }
     void abort(int) override {}
 };
 

@@ -26,13 +26,26 @@
 namespace snug {
 
 // One buffer of an optimizer's state as stored, for a state file: its name,
-// element type, device pointer and element count.
+// element type, device pointer and element count. An optimizer that keeps a
+// shard of the parameters (ZeRO-1) holds elements [offset, offset + count)
+// of the whole model's buffer of `total` elements.
 struct StateBuffer {
     std::string name;
     DType dtype;
     void* data;
     std::int64_t count;
     bool on_host = false;  // in host memory (an offloaded optimizer's), not the device's
+    std::int64_t offset = 0;
+    std::int64_t total = -1;  // -1: count (the whole buffer)
+    std::int64_t whole() const { return total < 0 ? count : total; }
+};
+
+// The parameters [begin, end) whose optimizer state one rank keeps under
+// ZeRO-1 (dist/: each rank updates its shard, the weights are then
+// gathered); {0, -1} is every parameter.
+struct ParameterShard {
+    std::int64_t begin = 0;
+    std::int64_t end = -1;  // -1: the last parameter
 };
 
 // PyTorch AdamW's hyper-parameters (GPT-2 / llm.c defaults for betas), and
@@ -64,14 +77,16 @@ class AdamW {
 public:
     // Master weights start from `initial` (host fp32, as the model was loaded
     // from); moments start at zero. Every byte is recorded in the tracker.
+    // With a shard (ZeRO-1): the state of parameters [shard.begin, shard.end)
+    // only; n, the groups and `initial` are still the whole model's.
     AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
-          AdamWConfig config, const std::vector<float>& initial)
-        : AdamW(dev, tracker, n, std::move(groups), config) {
+          AdamWConfig config, const std::vector<float>& initial, ParameterShard shard = {})
+        : AdamW(dev, tracker, n, std::move(groups), config, shard) {
         if (has_master()) {
             if (static_cast<std::int64_t>(initial.size()) != n)
                 throw ShapeError("AdamW: " + std::to_string(initial.size()) + " initial master weights for " +
                                  std::to_string(n) + " parameters");
-            upload(dev, master_.data(), initial.data(), n);
+            upload(dev, master_.data(), initial.data() + begin_, n_);
         }
     }
 
@@ -79,16 +94,18 @@ public:
     // memory; widened to fp32, as llm.c does), so nothing of the model's size
     // is needed on the host.
     AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
-          AdamWConfig config, const Act* working)
-        : AdamW(dev, tracker, n, std::move(groups), config) {
-        if (has_master()) cast(dev, master_.data(), working, n);
+          AdamWConfig config, const Act* working, ParameterShard shard = {})
+        : AdamW(dev, tracker, n, std::move(groups), config, shard) {
+        if (has_master()) cast(dev, master_.data(), working + begin_, n_);
     }
 
-    // One update of `params` (n) from `grads` (n, fp32), which are first
-    // multiplied by grad_scale (loss-scale unscaling and clipping in one factor).
+    // One update of `params` from `grads` (fp32), which are first multiplied
+    // by grad_scale (loss-scale unscaling and clipping in one factor); both
+    // point at parameter first() and hold size() values (the whole model's
+    // unsharded, n from 0).
     void step(const D& dev, Act* params, const float* grads, float lr, float grad_scale = 1.0f) {
         begin_update();
-        update_range(dev, params, grads, lr, grad_scale, 0, n_);
+        update_range(dev, params, grads, lr, grad_scale, begin_, begin_ + n_);
     }
 
     // The same update in pieces (what an offloaded optimizer does as the
@@ -99,13 +116,13 @@ public:
     void begin_update() { ++steps_; }
 
     // Updates parameters [begin, end): `params` and `grads` point at element
-    // `begin` (end - begin each). Throws Error for a range outside [0, n) or
-    // one that cuts an 8-bit group inside a quantisation block.
+    // `begin` (end - begin each). Throws Error for a range outside the shard
+    // ([0, n) unsharded) or one that cuts an 8-bit group inside a quantisation block.
     void update_range(const D& dev, Act* params, const float* grads, float lr, float grad_scale, std::int64_t begin,
                       std::int64_t end) {
-        if (begin < 0 || end > n_ || begin > end)
+        if (begin < begin_ || end > begin_ + n_ || begin > end)
             throw Error("AdamW::update_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
-                        ") is not within [0, " + std::to_string(n_) + ")");
+                        ") is not within [" + std::to_string(begin_) + ", " + std::to_string(begin_ + n_) + ")");
         for (const GroupState& s : groups_) {
             const std::int64_t a = std::max(begin, s.group.offset);
             const std::int64_t b = std::min(end, s.group.offset + s.group.count);
@@ -120,7 +137,7 @@ public:
     }
 
     // Pieces of at most `max_count` parameters (rounded down to a whole number
-    // of quantisation blocks, at least one) that tile [0, n) in order: each
+    // of quantisation blocks, at least one) that tile the shard in order: each
     // group cut from its own start, so update_range accepts every piece.
     std::vector<std::pair<std::int64_t, std::int64_t>> chunks(std::int64_t max_count) const {
         const std::int64_t step = std::max<std::int64_t>(ops::moment_block, max_count / ops::moment_block * ops::moment_block);
@@ -132,11 +149,36 @@ public:
         return out;
     }
 
+    // Cut points 0 = c[0] <= c[1] <= ... <= c[count] = n that split the
+    // parameters into `count` shards of about n / count each, every cut at a
+    // group's start or a whole number of quantisation blocks into a group, so
+    // a shard of any storage holds whole blocks: rank r keeps [c[r], c[r + 1]).
+    static std::vector<std::int64_t> shard_cuts(std::int64_t n, const std::vector<ParameterGroup>& groups, int count) {
+        if (count < 1) throw ConfigError("AdamW::shard_cuts: " + std::to_string(count) + " shards; at least 1");
+        std::vector<std::int64_t> cuts{0};
+        for (int r = 1; r < count; ++r) {
+            const std::int64_t target = n / count * r + n % count * r / count;
+            std::int64_t cut = n;
+            for (const ParameterGroup& g : groups)
+                if (target >= g.offset && target < g.offset + g.count) {
+                    cut = g.offset + (target - g.offset) / ops::moment_block * ops::moment_block;
+                    break;
+                }
+            cuts.push_back(std::max(cut, cuts.back()));
+        }
+        cuts.push_back(n);
+        return cuts;
+    }
+
     const AdamWConfig& config() const { return config_; }
     int steps() const { return steps_; }
     // Restores the step count (resuming from a checkpoint).
     void set_steps(int steps) { steps_ = steps; }
+    // The parameters whose state this optimizer keeps: [first(), first() + size()).
     std::int64_t size() const { return n_; }
+    std::int64_t first() const { return begin_; }
+    // Whether it keeps a part of the parameters only (ZeRO-1).
+    bool sharded() const { return n_ != total_; }
     // Whether an fp32 master copy exists (16-bit weights with master fp32).
     bool has_master() const { return !std::is_same_v<Act, float> && config_.master == MasterStorage::fp32; }
     // fp32 master weights; nullptr without a copy (fp32 weights are the
@@ -155,19 +197,22 @@ public:
     //   second_moment_absmax (u8 (Q), f32 (blocks), ... over the quantised
     //   groups), then first_moment, second_moment (f32, the other groups'
     //   n - Q parameters); groups in order, each from its own offset.
+    // A shard's buffers are each a contiguous part of the whole model's
+    // (StateBuffer::offset and total say which).
     std::vector<StateBuffer> state_buffers() {
         std::vector<StateBuffer> out;
-        auto add = [&]<class T>(const char* name, Buffer<T, D>& b) {
-            out.push_back({name, dtype_of<T>, b.data(), n_of(b)});
+        auto add = [&]<class T>(const char* name, Buffer<T, D>& b, Extent e) {
+            out.push_back({name, dtype_of<T>, b.data(), n_of(b), false, e.at, e.total});
         };
-        if (has_master()) add("master_weights", master_);
+        const Layout& l = layout_;
+        if (has_master()) add("master_weights", master_, Extent{begin_, total_, n_});
         switch (config_.moments) {
-            case MomentStorage::fp32: add("first_moment", m_), add("second_moment", v_); break;
-            case MomentStorage::bf16: add("first_moment", m16_), add("second_moment", v16_); break;
+            case MomentStorage::fp32: add("first_moment", m_, l.fp32), add("second_moment", v_, l.fp32); break;
+            case MomentStorage::bf16: add("first_moment", m16_, l.bf16), add("second_moment", v16_, l.bf16); break;
             case MomentStorage::int8:
-                add("first_moment_codes", m8_), add("first_moment_absmax", m_absmax_);
-                add("second_moment_codes", v8_), add("second_moment_absmax", v_absmax_);
-                add("first_moment", m_), add("second_moment", v_);
+                add("first_moment_codes", m8_, l.codes), add("first_moment_absmax", m_absmax_, l.blocks);
+                add("second_moment_codes", v8_, l.codes), add("second_moment_absmax", v_absmax_, l.blocks);
+                add("first_moment", m_, l.fp32), add("second_moment", v_, l.fp32);
                 break;
         }
         return out;
@@ -177,13 +222,14 @@ public:
     // master weights that this configuration keeps for n parameters in
     // these groups: what the constructor will ask of the tracker.
     static std::pair<std::size_t, std::size_t> state_bytes(std::int64_t n, const std::vector<ParameterGroup>& groups,
-                                                           const AdamWConfig& config) {
-        const Layout l = layout(n, groups, config);
+                                                           const AdamWConfig& config, ParameterShard shard = {}) {
+        const Layout l = layout(n, groups, config, shard);
         const auto u = [](std::int64_t x) { return static_cast<std::size_t>(x); };
-        const std::size_t moments = 2 * (u(l.fp32) * sizeof(float) + u(l.bf16) * sizeof(bfloat16) + u(l.codes) +
-                                         u(l.blocks) * sizeof(float));
-        const std::size_t master =
-            !std::is_same_v<Act, float> && config.master == MasterStorage::fp32 ? u(n) * sizeof(float) : 0;
+        const std::size_t moments = 2 * (u(l.fp32.count) * sizeof(float) + u(l.bf16.count) * sizeof(bfloat16) +
+                                         u(l.codes.count) + u(l.blocks.count) * sizeof(float));
+        const std::size_t master = !std::is_same_v<Act, float> && config.master == MasterStorage::fp32
+                                       ? u(l.end - l.begin) * sizeof(float)
+                                       : 0;
         return {moments, master};
     }
 
@@ -196,18 +242,32 @@ private:
         std::int64_t first_block;  // its first absmax (quantized groups)
     };
 
-    // The element counts of each state buffer, and each group's place.
+    // A state buffer: the shard's element count, the whole model's elements
+    // before the shard, and the whole model's count.
+    struct Extent {
+        std::int64_t at = 0, total = 0, count = 0;
+    };
+    // The shard, each state buffer's extent, and each group's place (groups
+    // cut to the shard, their offsets still the model's).
     struct Layout {
-        std::int64_t fp32 = 0, bf16 = 0, codes = 0, blocks = 0;
+        std::int64_t begin = 0, end = 0;
+        Extent fp32, bf16, codes, blocks;
         std::vector<GroupState> groups;
     };
 
-    // Throws ShapeError unless the groups tile [0, n) in order. With int8
-    // storage the groups with weight decay (2-D weights: embeddings and
-    // matmuls) keep 8-bit moments; the others (biases, norms: small) keep
+    // Throws ShapeError unless the groups tile [0, n) in order, and for a
+    // shard outside [0, n) or one that cuts an 8-bit group inside a block.
+    // With int8 storage the groups with weight decay (2-D weights: embeddings
+    // and matmuls) keep 8-bit moments; the others (biases, norms: small) keep
     // fp32 moments, as bitsandbytes keeps small tensors in 32 bits.
-    static Layout layout(std::int64_t n, const std::vector<ParameterGroup>& groups, const AdamWConfig& config) {
+    static Layout layout(std::int64_t n, const std::vector<ParameterGroup>& groups, const AdamWConfig& config,
+                         ParameterShard shard) {
         Layout l;
+        l.begin = shard.begin;
+        l.end = shard.end < 0 ? n : shard.end;
+        if (l.begin < 0 || l.begin > l.end || l.end > n)
+            throw ShapeError("AdamW: the shard [" + std::to_string(shard.begin) + ", " + std::to_string(shard.end) +
+                             ") is not within the " + std::to_string(n) + " parameters");
         std::int64_t covered = 0;
         for (const ParameterGroup& g : groups) {
             if (g.offset != covered || g.count < 0)
@@ -216,20 +276,27 @@ private:
                                  std::to_string(covered));
             covered += g.count;
             const bool quantized = config.moments == MomentStorage::int8 && g.decay;
-            GroupState s{g, quantized, 0, 0};
+            // The group's part in the shard: [a, b).
+            const std::int64_t a = std::clamp(l.begin, g.offset, g.offset + g.count);
+            const std::int64_t b = std::clamp(l.end, g.offset, g.offset + g.count);
+            auto inside_block = [&](std::int64_t x) {
+                return x != g.offset && x != g.offset + g.count && (x - g.offset) % ops::moment_block != 0;
+            };
+            if (quantized && (inside_block(a) || inside_block(b)))
+                throw ShapeError("AdamW: the shard [" + std::to_string(l.begin) + ", " + std::to_string(l.end) +
+                                 ") cuts an 8-bit group (from " + std::to_string(g.offset) + ") inside a block of " +
+                                 std::to_string(ops::moment_block) + " (AdamW::shard_cuts gives cuts that do not)");
+            Extent& e = quantized ? l.codes : config.moments == MomentStorage::bf16 ? l.bf16 : l.fp32;
+            const GroupState s{{a, b - a, g.decay}, quantized, e.count, l.blocks.count};
+            e.at += a - g.offset;
+            e.count += b - a;
+            e.total += g.count;
             if (quantized) {
-                s.state = l.codes;
-                s.first_block = l.blocks;
-                l.codes += g.count;
-                l.blocks += ops::moment_blocks(g.count);
-            } else if (config.moments == MomentStorage::bf16) {
-                s.state = l.bf16;
-                l.bf16 += g.count;
-            } else {
-                s.state = l.fp32;
-                l.fp32 += g.count;
+                l.blocks.at += ops::moment_blocks(a - g.offset);
+                l.blocks.count += ops::moment_blocks(b - a);
+                l.blocks.total += ops::moment_blocks(g.count);
             }
-            l.groups.push_back(s);
+            if (a < b) l.groups.push_back(s);
         }
         if (covered != n)
             throw ShapeError("AdamW: parameter groups cover " + std::to_string(covered) + " of " +
@@ -242,22 +309,26 @@ private:
 
     // The buffers, the groups checked, the moments zeroed; master weights unset.
     AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
-          AdamWConfig config)
-        : AdamW(dev, tracker, n, checked(config), layout(n, groups, config)) {}
+          AdamWConfig config, ParameterShard shard)
+        : AdamW(dev, tracker, n, checked(config), layout(n, groups, config, shard)) {}
 
     AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, AdamWConfig config, Layout layout)
         : config_(config),
           groups_(std::move(layout.groups)),
-          n_(n),
-          master_(tracker, MemoryCategory::master_weights, count_if(has_master(), n), "AdamW master weights"),
-          m_(tracker, MemoryCategory::optimizer_state, count(layout.fp32), "AdamW first moment"),
-          v_(tracker, MemoryCategory::optimizer_state, count(layout.fp32), "AdamW second moment"),
-          m16_(tracker, MemoryCategory::optimizer_state, count(layout.bf16), "AdamW first moment (bf16)"),
-          v16_(tracker, MemoryCategory::optimizer_state, count(layout.bf16), "AdamW second moment (bf16)"),
-          m8_(tracker, MemoryCategory::optimizer_state, count(layout.codes), "AdamW first moment (8-bit codes)"),
-          v8_(tracker, MemoryCategory::optimizer_state, count(layout.codes), "AdamW second moment (8-bit codes)"),
-          m_absmax_(tracker, MemoryCategory::optimizer_state, count(layout.blocks), "AdamW first moment (absmax)"),
-          v_absmax_(tracker, MemoryCategory::optimizer_state, count(layout.blocks), "AdamW second moment (absmax)") {
+          layout_(std::move(layout)),
+          begin_(layout_.begin),
+          n_(layout_.end - layout_.begin),
+          total_(n),
+          master_(tracker, MemoryCategory::master_weights, count_if(has_master(), n_), "AdamW master weights"),
+          m_(tracker, MemoryCategory::optimizer_state, count(layout_.fp32.count), "AdamW first moment"),
+          v_(tracker, MemoryCategory::optimizer_state, count(layout_.fp32.count), "AdamW second moment"),
+          m16_(tracker, MemoryCategory::optimizer_state, count(layout_.bf16.count), "AdamW first moment (bf16)"),
+          v16_(tracker, MemoryCategory::optimizer_state, count(layout_.bf16.count), "AdamW second moment (bf16)"),
+          m8_(tracker, MemoryCategory::optimizer_state, count(layout_.codes.count), "AdamW first moment (8-bit codes)"),
+          v8_(tracker, MemoryCategory::optimizer_state, count(layout_.codes.count), "AdamW second moment (8-bit codes)"),
+          m_absmax_(tracker, MemoryCategory::optimizer_state, count(layout_.blocks.count), "AdamW first moment (absmax)"),
+          v_absmax_(tracker, MemoryCategory::optimizer_state, count(layout_.blocks.count),
+                    "AdamW second moment (absmax)") {
         // All-zero bytes are zero moments in every storage (code 0 with an
         // absmax of 0 reads back 0); the unused buffers are empty.
         fill_zero(dev, m_.data(), n_of(m_));
@@ -315,14 +386,17 @@ private:
             }
         };
         if (has_master())
-            run(master_.data() + a, params);
+            run(master_.data() + (a - begin_), params);
         else if constexpr (std::is_same_v<Act, float> || std::is_same_v<Act, bfloat16>)
             run(params, static_cast<float*>(nullptr));
     }
 
     AdamWConfig config_;
-    std::vector<GroupState> groups_;
-    std::int64_t n_;
+    std::vector<GroupState> groups_;  // (moved out of the layout before it is kept)
+    Layout layout_;                   // the shard and the buffers' extents
+    std::int64_t begin_;              // the shard's first parameter (0 unsharded)
+    std::int64_t n_;                  // the shard's parameters
+    std::int64_t total_;              // the model's parameters
     int steps_ = 0;
     Buffer<float, D> master_;
     Buffer<float, D> m_;  // fp32 moments: every parameter's, or (int8) the unquantised groups'

@@ -31,10 +31,15 @@ public:
 
     // `scale` multiplies the gradients first (e.g. 1 / loss scale).
     float operator()(const D& dev, const float* grads, std::int64_t n, float scale = 1.0f) {
+        return std::sqrt(sum_of_squares(dev, grads, n)) * scale;
+    }
+    // Σ g² over grads (n): a shard's part of the squared norm (ZeRO-1).
+    float sum_of_squares(const D& dev, const float* grads, std::int64_t n) {
+        if (n == 0) return 0.0f;  // an empty shard
         sum_squares(dev, scalar_.data(), grads, n);
         float sum = 0.0f;
         download(dev, &sum, scalar_.data(), 1);
-        return std::sqrt(sum) * scale;
+        return sum;
     }
 
 private:

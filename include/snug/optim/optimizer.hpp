@@ -24,15 +24,21 @@ class Optimizer {
 public:
     // Device bytes go to `tracker`, host bytes to host_memory(). The state
     // starts as AdamW's: master weights from `initial` (host fp32) when given,
-    // else from the working weights `params` (n, device memory).
+    // else from the working weights `params` (n, device memory). With a shard
+    // (ZeRO-1), the state of those parameters only (on the device).
     Optimizer(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
-              const AdamWConfig& config, const Act* params, const std::vector<float>* initial) {
+              const AdamWConfig& config, const Act* params, const std::vector<float>* initial,
+              ParameterShard shard = {}) {
+        const bool whole = shard.begin == 0 && (shard.end < 0 || shard.end == n);
+        if (config.offload && !whole)
+            throw ConfigError("the optimizer's state is either sharded across ranks (ZeRO-1) or offloaded to the "
+                              "host, not both (yet): drop --zero or --offload");
         if (config.offload)
             host_.emplace(dev, host_tracker_, n, std::move(groups), config, params, initial);
         else if (initial != nullptr)
-            device_.emplace(dev, tracker, n, std::move(groups), config, *initial);
+            device_.emplace(dev, tracker, n, std::move(groups), config, *initial, shard);
         else
-            device_.emplace(dev, tracker, n, std::move(groups), config, params);
+            device_.emplace(dev, tracker, n, std::move(groups), config, params, shard);
     }
     Optimizer(const Optimizer&) = delete;
     Optimizer& operator=(const Optimizer&) = delete;
@@ -53,7 +59,9 @@ public:
     const AdamWConfig& config() const { return host_ ? host_->config() : device_->config(); }
     int steps() const { return host_ ? host_->steps() : device_->steps(); }
     void set_steps(int steps) { host_ ? host_->set_steps(steps) : device_->set_steps(steps); }
+    // The parameters whose state it keeps: [first(), first() + size()).
     std::int64_t size() const { return host_ ? host_->size() : device_->size(); }
+    std::int64_t first() const { return host_ ? 0 : device_->first(); }
     bool has_master() const { return host_ ? host_->has_master() : device_->has_master(); }
     // As AdamW's, in host memory when offloaded (see state_buffers' on_host).
     float* master() { return host_ ? host_->master() : device_->master(); }

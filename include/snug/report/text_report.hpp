@@ -290,10 +290,13 @@ public:
                          o.lr, o.warmup, o.min_lr_frac, o.weight_decay, o.clip,
                          o.budget_bytes ? format_bytes(*o.budget_bytes) : std::string("none")));
     }
-    void data_parallel(int ranks, const std::string& how, int micro_batch, std::int64_t tokens) override {
+    void data_parallel(int ranks, const std::string& how, int micro_batch, std::int64_t tokens, bool zero1) override {
         line(fmt::format("data parallel: {} ranks over {}, micro-batch {} each ({} sequences a micro-step), "
                          "{} tokens/update in all; rank 0 reports and writes the files",
                          ranks, how, micro_batch, ranks * micro_batch, tokens));
+        if (zero1)
+            line(fmt::format("ZeRO-1: each rank keeps 1/{} of the optimizer's state (the memory figures are rank 0's)",
+                             ranks));
     }
     void memory_outlook(const MemoryOutlook& o) override { line(format_outlook(o)); }
     void plan(const PlanAnswer& p) override {
@@ -313,6 +316,11 @@ public:
         if (p.offloaded && p.offload_run)
             line(fmt::format("\nwith the optimizer offloaded to the host ({}: {}):\n{}", p.offload_run->optimizer_name(),
                              p.offload_run->optimizer_flags(), format_budget_plan(*p.offloaded)));
+        if (p.zero && p.zero_run)
+            line(fmt::format("\n{} ({}: {}), per rank:\n{}",
+                             p.zero->fits ? fmt::format("on {} data-parallel ranks", p.zero_run->zero_ranks)
+                                          : fmt::format("not even on {} data-parallel ranks", p.zero_run->zero_ranks),
+                             p.zero_run->optimizer_name(), p.zero_run->optimizer_flags(), format_budget_plan(*p.zero)));
         line(fmt::format("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n{}",
                          format_model_fit(p.largest)));
     }

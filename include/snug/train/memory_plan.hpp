@@ -107,6 +107,7 @@ struct RunShape {
     MomentStorage moments = MomentStorage::fp32;  // AdamW's moments (the optimizer-memory policy)
     MasterStorage master = MasterStorage::fp32;   // AdamW's master weights (none: bf16 weights only)
     bool offload = false;                         // AdamW's state in host memory, its update on the CPU
+    int zero_ranks = 1;  // ZeRO-1: AdamW's state sharded over this many data-parallel ranks (the plan: the largest shard's rank)
     std::vector<Recompute> recompute;   // one mode per block; empty: every block keeps everything
     std::size_t backend_workspace = 0;  // the cuBLASLt workspace on CUDA (cuda::Blas::workspace_bytes()); 0 on the host
     int sampling_window = 0;            // int32 ids of the trainer's sampling window (train_gpt: max_seq_len); 0: none

@@ -55,6 +55,7 @@ struct TrainOptions {
     // Data parallel: the job's ranks (set by the program from its launcher,
     // dist::Ranks::size(), not by a flag), each with micro-batch run.micro_batch.
     int ranks = 1;
+    bool zero = false;  // ZeRO-1: the optimizer's state sharded across the ranks
     // Reporting.
     double flops_budget = 0.0;  // model FLOPs at which "loss at equal FLOPs" is read (0: the run's total)
 

@@ -94,6 +94,14 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     train_config.adamw.moments = in.moments;
     train_config.adamw.master = in.master;
     train_config.adamw.offload = in.offload;
+    // ZeRO-1: the rank whose shard of the optimizer's state is the largest
+    // (the shards differ by less than a quantisation block).
+    if (in.zero_ranks < 1) throw ConfigError("memory plan: " + std::to_string(in.zero_ranks) + " ZeRO-1 ranks");
+    train_config.shards = in.zero_ranks;
+    const std::vector<std::int64_t> cuts = AdamW<typename MeterModel::value_type, Meter>::shard_cuts(
+        model.num_parameters(), model.parameter_groups(), in.zero_ranks);
+    for (int r = 0; r < in.zero_ranks; ++r)
+        if (cuts[r + 1] - cuts[r] > cuts[train_config.shard + 1] - cuts[train_config.shard]) train_config.shard = r;
     TrainStep<MeterModel, Precision, accumulate::Steps, checkpoint::Given> step(
         model, tracker, dev, train_config, Precision{}, accumulate::Steps(in.accumulation),
         checkpoint::Given{in.modes(model.num_blocks())});

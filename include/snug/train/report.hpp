@@ -80,6 +80,11 @@ struct PlanAnswer {
     // search with the run's own optimizer state offloaded to the host.
     std::optional<RunSpec> offload_run;
     std::optional<BudgetPlan> offloaded;
+    // When none of those fits: the fewest data-parallel ranks (2, 4, ...,
+    // 64) whose cards each fit the budget with the run's optimizer state
+    // sharded across them (ZeRO-1); the last tried when none does.
+    std::optional<RunSpec> zero_run;
+    std::optional<BudgetPlan> zero;
     ModelFit largest;
 };
 
@@ -131,9 +136,10 @@ public:
     virtual void data(const TrainData&) {}
     virtual void training_setup(const TrainOptions&) {}
     // Data parallel: `ranks` processes (`how`: "MPI (Open MPI v4.1.4)"), each
-    // with micro-batch `micro_batch`, `tokens_per_update` tokens an update in all.
+    // with micro-batch `micro_batch`, `tokens_per_update` tokens an update in
+    // all; `zero1`: the optimizer's state sharded across them.
     virtual void data_parallel(int /*ranks*/, const std::string& /*how*/, int /*micro_batch*/,
-                               std::int64_t /*tokens_per_update*/) {}
+                               std::int64_t /*tokens_per_update*/, bool /*zero1*/) {}
     virtual void memory_outlook(const MemoryOutlook&) {}
     virtual void plan(const PlanAnswer&) {}
 

@@ -38,6 +38,7 @@
 #include "snug/data/tokenizer.hpp"
 #include "snug/dist/communicator.hpp"
 #include "snug/dist/ranks.hpp"
+#include "snug/dist/sharded_state.hpp"
 #include "snug/io/file.hpp"
 #include "snug/io/hf_export.hpp"
 #include "snug/io/llmc_model.hpp"
@@ -115,12 +116,21 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
 
 // The weights of a model being trained, in fp32: the optimizer's master copy
 // for 16-bit types, the parameters themselves for fp32 and for bf16 weights
-// trained without a master copy (widened exactly).
+// trained without a master copy (widened exactly). A master copy sharded
+// across ranks (ZeRO-1) is gathered on rank 0: every rank calls this then,
+// and rank 0's answer is the one that holds every weight.
 template <class Step, class Dev>
-std::vector<float> master_weights(Step& step, const Dev& dev) {
+std::vector<float> master_weights(Step& step, const Dev& dev, dist::Ranks& ranks = dist::single_process()) {
     using Act = typename Step::Act;
     const std::int64_t P = step.model().num_parameters();
     std::vector<float> w(static_cast<std::size_t>(P));
+    if (step.sharded() && step.optimizer().master() != nullptr) {
+        const dist::GatheredState g = dist::gather_state(step.optimizer(), dev, ranks, 0);
+        for (const StateBuffer& b : g.buffers)
+            if (b.name == "master_weights" && b.count == P)
+                std::copy_n(static_cast<const float*>(b.data), P, w.begin());
+        return w;
+    }
     if constexpr (std::is_same_v<Act, float>) {
         download(dev, w.data(), step.model().parameters(), P);
     } else if (step.optimizer().master() != nullptr) {
@@ -188,6 +198,7 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
         {"recompute_plan", r.recompute_plan},
         {"micro_batch", o.run.micro_batch},  // per rank
         {"ranks", o.ranks},
+        {"zero", o.zero},
         {"seq", o.run.seq},
         {"accumulation", o.run.accumulation},
     };
@@ -249,8 +260,16 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         tc.adamw.offload = o.run.offload;
         tc.max_grad_norm = o.clip;
         const bool master_copy = act_bytes < sizeof(float) && o.run.master == MasterStorage::fp32;
-        const auto [moment_bytes, master_bytes] =
-            AdamW<typename Model::value_type, Dev>::state_bytes(model.num_parameters(), model.parameter_groups(), tc.adamw);
+        // --zero: this rank keeps its shard of the optimizer's state (ZeRO-1).
+        if (o.zero && N < 2)
+            throw ConfigError("--zero shards the optimizer's state across data-parallel ranks, and this job has one; "
+                              "start it with mpirun -np N (N >= 2)");
+        tc.shards = o.zero ? N : 1;
+        tc.shard = o.zero ? rank : 0;
+        using Opt = AdamW<typename Model::value_type, Dev>;
+        const std::vector<std::int64_t> cuts = Opt::shard_cuts(model.num_parameters(), model.parameter_groups(), tc.shards);
+        const auto [moment_bytes, master_bytes] = Opt::state_bytes(
+            model.num_parameters(), model.parameter_groups(), tc.adamw, ParameterShard{cuts[tc.shard], cuts[tc.shard + 1]});
         const std::size_t state_bytes = moment_bytes + master_bytes;
         std::optional<Step> step_storage;
         name_allocation("the optimizer's state (AdamW " + std::string(moment_storage_name(o.run.moments)) +
@@ -264,7 +283,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         std::optional<dist::Communicator<Dev>> staged;
         if (communicator == nullptr) communicator = &staged.emplace(ranks);
         step.data_parallel(*communicator);
-        if (N > 1) report.data_parallel(N, ranks.description(), B, std::int64_t{N} * n * BT);
+        if (N > 1) report.data_parallel(N, ranks.description(), B, std::int64_t{N} * n * BT, step.sharded());
 
         const LrSchedule schedule{o.lr, o.warmup, o.steps, o.min_lr_frac};
         schedule.validate();
@@ -305,14 +324,24 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         const std::string state_path = o.state_path();
         auto save_state = [&](std::int64_t done, double wall) {
             if (state_path.empty()) return;
+            StateFileOptions file_options;
+            std::optional<dist::GatheredState> gathered;
             if (N > 1) {
                 // Data parallel keeps every rank's weights the same bits; a
                 // rank that drifted would make the saved state a lie.
-                const std::vector<float> w = master_weights(step, s.ctx.device);
-                if (!ranks.all_equal(dist::fingerprint(w.data(), w.size() * sizeof(float)), "check of the ranks' weights"))
+                using Act = typename Model::value_type;
+                std::vector<Act> w(static_cast<std::size_t>(model.num_parameters()));
+                download(s.ctx.device, w.data(), model.parameters(), model.num_parameters());
+                if (!ranks.all_equal(dist::fingerprint(w.data(), w.size() * sizeof(Act)), "check of the ranks' weights"))
                     throw Error("update " + std::to_string(done) + ": the data-parallel ranks' weights differ (rank " +
                                 std::to_string(rank) + " of " + std::to_string(N) +
                                 "); the state is not saved, the last saved one is kept");
+                // ZeRO-1: the file holds the whole state, gathered on rank 0
+                // (the same file an unsharded run writes).
+                if (step.sharded()) {
+                    gathered.emplace(dist::gather_state(step.optimizer(), s.ctx.device, ranks, 0));
+                    file_options.optimizer_state = gathered->buffers;
+                }
             }
             if (!writer) return;
             TrainingProgress p;
@@ -323,7 +352,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             p.rng_offset = s.ctx.rng_offset;
             p.wall_clock_seconds = wall;
             p.run_config = identity.dump();
-            save_training_state(state_path, step, s.ctx.device, p);
+            save_training_state(state_path, step, s.ctx.device, p, file_options);
         };
 
         // The same batches every time, so losses compare; like training,
@@ -433,11 +462,12 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
 
         save_state(o.steps, wall());
         report.summary(result.summary, step.skipped_steps());
+        std::vector<float> final_weights;  // every rank takes part when ZeRO-1 gathers them
+        if (!o.save_model.empty() || !o.export_hf.empty()) final_weights = master_weights(step, s.ctx.device, ranks);
         if (!writer) return result;
         if (!state_path.empty()) report.file_written("state", state_path);
         if (!o.out.empty()) write_summary_json(o, result, data, device, Precision::name, report);
-        if (!o.save_model.empty() || !o.export_hf.empty())
-            write_model_files(o, config, master_weights(step, s.ctx.device), report);
+        if (!o.save_model.empty() || !o.export_hf.empty()) write_model_files(o, config, final_weights, report);
 
         if (o.sample > 0) report.sample(generate_sample(model, s, o, data, tokenizer));
     } catch (const OutOfMemory& e) {

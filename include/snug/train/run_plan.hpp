@@ -21,8 +21,10 @@ namespace snug {
 // The memory planner's view of a run (snug/train/planner.hpp): what train()
 // (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
 // plan is chosen (the input auto_recompute takes).
+// Under --zero a rank's: its shard of the optimizer's state (the largest).
 inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
-    return plan_input_for(o.run, config, target, o.sample > 0 ? config.max_seq_len : 0);
+    return plan_input_for(o.zero ? o.run.with_zero(o.ranks) : o.run, config, target,
+                          o.sample > 0 ? config.max_seq_len : 0);
 }
 
 // --checkpoint auto: the first plan in checkpoint::Budget's order whose whole
@@ -60,8 +62,11 @@ inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config
 // --plan: for the budget, the fastest configuration that fits (the order of
 // operations: the largest micro-batch, accumulation up to the wanted batch of
 // --batch x --accum sequences, the cheapest checkpoint policy; when nothing
-// fits, the same with lean optimizer state), and the largest model of the
+// fits, the same with lean optimizer state, then offloaded, and on how many
+// ZeRO-1 ranks the run's own state fits), and the largest model of the
 // shape's depth family. Nothing is allocated.
+inline constexpr int max_zero_ranks = 64;  // --plan's ZeRO-1 search: 2, 4, ..., this many ranks
+
 inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
     if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
     PlanAnswer answer;
@@ -94,6 +99,17 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
         offload_in.offload = true;
         answer.offload_run = o.run.with_offload();
         answer.offloaded = plan_for_budget(offload_in, wanted, answer.budget);
+    }
+    // And with more cards: how many data-parallel ranks, each keeping its
+    // shard of the run's own optimizer state (ZeRO-1), fit it on cards of the budget.
+    if (!answer.fastest.fits && !o.run.offload && o.run.zero_ranks == 1) {
+        for (int ranks = 2; ranks <= max_zero_ranks; ranks *= 2) {
+            MemoryPlanInput zero_in = in;
+            zero_in.zero_ranks = ranks;
+            answer.zero_run = o.run.with_zero(ranks);
+            answer.zero = plan_for_budget(zero_in, wanted, answer.budget);
+            if (answer.zero->fits) break;
+        }
     }
     MemoryPlanInput one = in;
     one.micro_batch = 1;

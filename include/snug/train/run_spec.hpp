@@ -112,6 +112,9 @@ struct RunSpec {
     MomentStorage moments = MomentStorage::fp32;
     MasterStorage master = MasterStorage::fp32;
     bool offload = false;
+    // ZeRO-1: the optimizer's state sharded over this many data-parallel ranks
+    // (train_gpt --zero under mpirun -np N); 1: every rank keeps all of it.
+    int zero_ranks = 1;
 
     const char* precision_name() const { return precision_kind_name(precision); }
     const char* checkpoint_name() const { return checkpoint_kind_name(checkpoint); }
@@ -121,6 +124,12 @@ struct RunSpec {
         RunSpec s = *this;
         s.moments = MomentStorage::int8;
         s.master = precision == PrecisionKind::bf16 ? MasterStorage::none : MasterStorage::fp32;
+        return s;
+    }
+    // This spec with its optimizer's state sharded over `ranks` ranks (ZeRO-1).
+    RunSpec with_zero(int ranks) const {
+        RunSpec s = *this;
+        s.zero_ranks = ranks;
         return s;
     }
     // This spec with its optimizer offloaded to the host (same storage).
@@ -137,12 +146,14 @@ struct RunSpec {
         if (moments != MomentStorage::fp32) add("--optimizer-state " + std::string(moment_storage_name(moments)));
         if (master != MasterStorage::fp32) add("--master " + std::string(master_storage_name(master)));
         if (offload) add("--offload");
+        if (zero_ranks > 1) add("--zero (mpirun -np " + std::to_string(zero_ranks) + ")");
         return f;
     }
     // "AdamW moments fp32, master fp32" and the like, ", offloaded to the host" when it is.
     std::string optimizer_name() const {
         return "AdamW moments " + std::string(moment_storage_name(moments)) + ", master " +
-               std::string(master_storage_name(master)) + (offload ? ", offloaded to the host" : "");
+               std::string(master_storage_name(master)) + (offload ? ", offloaded to the host" : "") +
+               (zero_ranks > 1 ? ", sharded over " + std::to_string(zero_ranks) + " ranks (ZeRO-1)" : "");
     }
     std::int64_t tokens_per_update() const { return std::int64_t{accumulation} * micro_batch * seq; }
 
@@ -174,6 +185,7 @@ inline MemoryPlanInput plan_input_for(const RunSpec& spec, const GPTConfig& conf
     in.moments = spec.moments;
     in.master = spec.master;
     in.offload = spec.offload;
+    in.zero_ranks = spec.zero_ranks;
     in.backend_workspace = target.backend_workspace;
     in.device = target.device;
     in.sampling_window = sampling_window;

@@ -178,6 +178,10 @@ struct StateFileOptions {
     // and the file's total. An exception from it abandons the save; the file
     // at `path` stays as it was.
     std::function<void(std::uint64_t written, std::uint64_t total)> on_progress;
+    // Save only: the optimizer's buffers to write instead of the step's own
+    // (whole, in host memory): a sharded optimizer's state gathered on the
+    // writing rank (dist/sharded_state.hpp). Empty: the step's.
+    std::vector<StateBuffer> optimizer_state;
 };
 
 namespace detail {
@@ -335,7 +339,7 @@ constexpr const char* scaler_kind() {
 template <class Act, class Opt>
 std::vector<SectionSpec> section_specs(std::int64_t n, Opt& opt) {
     std::vector<SectionSpec> s{{"weights", dtype_of<Act>, n}};
-    for (const StateBuffer& b : opt.state_buffers()) s.push_back({b.name, b.dtype, b.count});
+    for (const StateBuffer& b : opt.state_buffers()) s.push_back({b.name, b.dtype, b.whole()});
     return s;
 }
 
@@ -704,10 +708,13 @@ inline TrainingStateInfo read_info(InFile& f) {
     return info;
 }
 
-// Streams one section through its checksum in chunks; with dst, each chunk is
-// also uploaded to dst on the device. Returns whether the checksum matched.
+// Streams one section through its checksum in chunks; with dst, its elements
+// [keep_from, keep_from + keep) (keep -1: all) are also uploaded to dst on
+// the device (a shard's part of a section). Returns whether the checksum matched.
 template <class T, class D>
-bool stream_section(InFile& f, const StateSection& s, std::size_t chunk_bytes, const D& dev, T* dst) {
+bool stream_section(InFile& f, const StateSection& s, std::size_t chunk_bytes, const D& dev, T* dst,
+                    std::int64_t keep_from = 0, std::int64_t keep = -1) {
+    if (keep < 0) keep = s.count - keep_from;
     static_assert(std::is_trivially_copyable_v<T>);
     const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, chunk_bytes / sizeof(T)));
     std::vector<T> buf(static_cast<std::size_t>(std::min(s.count, chunk)));
@@ -718,7 +725,8 @@ bool stream_section(InFile& f, const StateSection& s, std::size_t chunk_bytes, c
         f.read_at(s.offset + static_cast<std::uint64_t>(done) * sizeof(T), buf.data(), bytes,
                   "section '" + s.name + "'");
         crc.update(buf.data(), bytes);
-        if (dst != nullptr) upload(dev, dst + done, buf.data(), k);
+        const std::int64_t a = std::max(done, keep_from), b = std::min(done + k, keep_from + keep);
+        if (dst != nullptr && a < b) upload(dev, dst + (a - keep_from), buf.data() + (a - done), b - a);
         done += k;
     }
     unsigned char stored[4];
@@ -841,9 +849,17 @@ void save_training_state(const std::filesystem::path& path,
             report();
         };
         section(static_cast<const Act*>(model.parameters()), n, false);
-        for (const StateBuffer& b : opt.state_buffers())
+        const std::vector<StateBuffer> buffers =
+            options.optimizer_state.empty() ? opt.state_buffers() : options.optimizer_state;
+        for (std::size_t k = 0; k < buffers.size(); ++k) {
+            const StateBuffer& b = buffers[k];
+            if (b.count != specs[k + 1].count)
+                throw Error(file + ": the optimizer's buffer '" + b.name + "' holds " + std::to_string(b.count) +
+                            " of its " + std::to_string(specs[k + 1].count) +
+                            " elements: a sharded optimizer's state is saved gathered (dist/sharded_state.hpp)");
             sf::with_section_type(b.dtype,
                                   [&]<class T>(T*) { section(static_cast<const T*>(b.data), b.count, b.on_host); });
+        }
         if (written != file_bytes)
             throw Error(file + ": wrote " + std::to_string(written) + " bytes, the header says " +
                         std::to_string(file_bytes) + " (a bug in save_training_state)");
@@ -973,10 +989,11 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
                             "': the file is corrupt; nothing was loaded");
     }
 
-    // Pass 2: into the step.
-    auto load = [&]<class T>(const StateSection& s, T* dst, bool on_host) {
-        const bool ok = on_host ? sf::stream_section<T>(f, s, options.chunk_bytes, Host{}, dst)
-                                : sf::stream_section<T>(f, s, options.chunk_bytes, dev, dst);
+    // Pass 2: into the step (a sharded optimizer takes its part of each section).
+    auto load = [&]<class T>(const StateSection& s, T* dst, bool on_host, std::int64_t from = 0,
+                             std::int64_t count = -1) {
+        const bool ok = on_host ? sf::stream_section<T>(f, s, options.chunk_bytes, Host{}, dst, from, count)
+                                : sf::stream_section<T>(f, s, options.chunk_bytes, dev, dst, from, count);
         if (!ok)
             throw FileError(file + ": section '" + s.name +
                             "' changed on disk while it was being loaded; the training step is now partly "
@@ -986,8 +1003,9 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     load(info.sections[i++], model.parameters(), false);
     opt.weights_loaded(dev, model.parameters());
     for (const StateBuffer& b : opt.state_buffers())
-        sf::with_section_type(b.dtype,
-                              [&]<class T>(T*) { load(info.sections[i++], static_cast<T*>(b.data), b.on_host); });
+        sf::with_section_type(b.dtype, [&]<class T>(T*) {
+            load(info.sections[i++], static_cast<T*>(b.data), b.on_host, b.offset, b.count);
+        });
     opt.set_steps(info.optimizer_steps);
     if constexpr (Precision::has_loss_scaler) step.scaler.restore(*info.loss_scaler);
     step.restore_skipped_steps(info.skipped_steps);

@@ -10,7 +10,10 @@
 //   for each micro-batch: forward (loss × scale / (n · ranks)), backward, gradients add
 //                         up in fp32, the loss adds up on the device (read once per update)
 //   data parallel:        gradients and loss summed over the ranks (dist::Communicator):
-//                         each rank now holds the mean gradient of the global batch
+//                         each rank now holds the mean gradient of the global batch;
+//                         ZeRO-1 (TrainConfig::shards): the gradients reduce-scattered,
+//                         each rank checks, measures and updates its shard, the
+//                         weights all-gathered
 //   at the boundary: unscale + finite check in one pass  (PrecisionPolicy's loss scaler)
 //                    global norm, clip factor
 //                    overflow → skip: weights, moments and step count untouched
@@ -86,6 +89,12 @@ struct StepResult {
 struct TrainConfig {
     AdamWConfig adamw{};
     float max_grad_norm = 1.0f;  // <= 0: no clipping
+    // ZeRO-1: the optimizer's state (master weights, moments) sharded over
+    // `shards` data-parallel ranks, this rank keeping shard `shard` (its
+    // rank); 1: every rank keeps all of it. Needs data_parallel() with a
+    // communicator of that many ranks.
+    int shards = 1;
+    int shard = 0;
 };
 
 // Whether a model's blocks can recompute selectively: it says so with a
@@ -129,8 +138,10 @@ public:
           Checkpoint(std::move(checkpoint)),
           model_(model),
           config_(config),
+          cuts_(shard_cuts(model, config)),
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
-                     static_cast<const Act*>(model.parameters()), &initial_weights),
+                     static_cast<const Act*>(model.parameters()), &initial_weights,
+                     ParameterShard{cuts_[config.shard], cuts_[config.shard + 1]}),
           grad_norm_(tracker),
           found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
           loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
@@ -145,8 +156,10 @@ public:
           Checkpoint(std::move(checkpoint)),
           model_(model),
           config_(config),
+          cuts_(shard_cuts(model, config)),
           optimizer_(dev, tracker, model.num_parameters(), model.parameter_groups(), config.adamw,
-                     static_cast<const Act*>(model.parameters()), nullptr),
+                     static_cast<const Act*>(model.parameters()), nullptr,
+                     ParameterShard{cuts_[config.shard], cuts_[config.shard + 1]}),
           grad_norm_(tracker),
           found_inf_(tracker, MemoryCategory::workspace, 1, "loss scaler overflow flag"),
           loss_sum_(tracker, MemoryCategory::workspace, 1, "the update's summed loss") {}
@@ -173,6 +186,7 @@ public:
             model_.backward(ctx, mb.tokens);
         }
         const std::int64_t P = model_.num_parameters();
+        if (sharded()) return sharded_update(ctx, lr, scale, std::int64_t{n} * B * T * ranks);
         if (comm_) {
             comm_->all_reduce_sum(dev, model_.gradients(), P, "gradient all-reduce");
             comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
@@ -215,7 +229,19 @@ public:
     // step on its own micro-batches (B, T each); gradients and loss are
     // summed over the ranks, so each rank updates the same weights with the
     // mean gradient of all ranks' tokens. `comm` must outlive the step.
-    void data_parallel(dist::Communicator<D>& comm) { comm_ = comm.size() > 1 ? &comm : nullptr; }
+    // With TrainConfig::shards > 1 (ZeRO-1) the communicator must have that
+    // many ranks, this one being TrainConfig::shard.
+    void data_parallel(dist::Communicator<D>& comm) {
+        if (config_.shards > 1 && (comm.size() != config_.shards || comm.rank() != config_.shard))
+            throw ConfigError("TrainStep: the optimizer is sharded for rank " + std::to_string(config_.shard) +
+                              " of " + std::to_string(config_.shards) + " (ZeRO-1), but the communicator is rank " +
+                              std::to_string(comm.rank()) + " of " + std::to_string(comm.size()));
+        comm_ = comm.size() > 1 ? &comm : nullptr;
+    }
+    // Whether the optimizer's state is sharded across ranks (ZeRO-1).
+    bool sharded() const { return config_.shards > 1; }
+    // Rank r keeps the optimizer state of parameters [cuts[r], cuts[r + 1]).
+    std::span<const std::int64_t> shard_cuts() const { return cuts_; }
     // The ranks the step averages over (1 without data_parallel).
     int ranks() const { return comm_ ? comm_->size() : 1; }
 
@@ -226,6 +252,54 @@ public:
     std::span<const Recompute> recompute_plan() const { return plan_; }
 
 private:
+    // Checked here, before any buffer exists.
+    static std::vector<std::int64_t> shard_cuts(const Model& model, const TrainConfig& c) {
+        if (c.shards < 1 || c.shard < 0 || c.shard >= c.shards)
+            throw ConfigError("TrainStep: shard " + std::to_string(c.shard) + " of " + std::to_string(c.shards) +
+                              " (ZeRO-1): need 0 <= shard < shards");
+        return AdamW<Act, D>::shard_cuts(model.num_parameters(), model.parameter_groups(), c.shards);
+    }
+
+    // ZeRO-1's boundary: this rank's part of the gradient summed over the
+    // ranks, its overflow check and squared norm shared, its shard updated,
+    // every rank's updated weights gathered. (On snug::Meter, which only
+    // counts bytes, there are no other ranks: the collectives are skipped.)
+    StepResult sharded_update(Context<D>& ctx, float lr, float scale, std::int64_t tokens) {
+        const D& dev = ctx.device;
+        constexpr bool counting_only = std::is_same_v<D, Meter>;
+        if (comm_ == nullptr && !counting_only)
+            throw ConfigError("TrainStep: the optimizer is sharded over " + std::to_string(config_.shards) +
+                              " ranks (ZeRO-1): call data_parallel() with their communicator first");
+        const std::int64_t a = cuts_[config_.shard], b = cuts_[config_.shard + 1];
+        float* grads = model_.gradients();
+        if (comm_) {
+            comm_->reduce_scatter_sum(dev, grads, cuts_, "gradient reduce-scatter");
+            comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
+        }
+        bool found_inf = false;
+        if constexpr (Precision::has_loss_scaler) {
+            fill_zero(dev, found_inf_.data(), 1);
+            unscale_and_check(dev, grads + a, b - a, 1.0f / scale, found_inf_.data());
+            float flag = 0.0f;
+            download(dev, &flag, found_inf_.data(), 1);
+            found_inf = flag != 0.0f;
+            if (comm_) found_inf = comm_->ranks().any(found_inf, "overflow check");
+        }
+        double squares = grad_norm_.sum_of_squares(dev, grads + a, b - a);
+        if (comm_) squares = comm_->ranks().sum(squares, "squared gradient norm");
+        const auto norm = static_cast<float>(std::sqrt(squares));
+        found_inf = found_inf || !std::isfinite(norm);
+        if (!found_inf) {
+            optimizer_.step(dev, model_.parameters() + a, grads + a, lr, clip_factor(norm, config_.max_grad_norm));
+            if (comm_) comm_->all_gather(dev, model_.parameters(), cuts_, "weight all-gather");
+        }
+        if constexpr (Precision::has_loss_scaler) this->scaler.update(found_inf);
+        if (found_inf) ++skipped_;
+        double loss_sum = 0.0;
+        download(dev, &loss_sum, loss_sum_.data(), 1);
+        return {static_cast<float>(loss_sum / static_cast<double>(tokens)), norm, scale, found_inf, tokens};
+    }
+
     void plan_recompute(int B, int T) {
         if (B == planned_B_ && T == planned_T_) return;
         CheckpointQuery query{model_.num_blocks(), [&](std::span<const Recompute> modes) {
@@ -240,6 +314,7 @@ private:
 
     Model& model_;
     TrainConfig config_;
+    std::vector<std::int64_t> cuts_;  // (shards + 1) ZeRO-1's shard boundaries ({0, P} unsharded)
     Optimizer<Act, D> optimizer_;
     GradNorm<D> grad_norm_;
     Buffer<float, D> found_inf_;
