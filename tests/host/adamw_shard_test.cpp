@@ -10,22 +10,17 @@
 
 #include "snug/core/half.hpp"
 #include "snug/optim/adamw.hpp"
+#include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
-
 using snug::Host;
 using snug::MasterStorage;
 using snug::MomentStorage;
 
 namespace {
 
-// Groups of awkward sizes, with and without decay (8-bit quantises the decayed ones).
-const std::vector<snug::ParameterGroup> groups{{0, 1000, true}, {1000, 37, false}, {1037, 2305, true}, {3342, 5, false}};
-constexpr std::int64_t n = 3347;
-
-std::vector<unsigned char> bytes_of(const void* p, std::size_t count) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    return {b, b + count};
-}
+const auto& groups = snug::test::awkward_groups;
+constexpr std::int64_t n = snug::test::awkward_parameters;
+using snug::test::bytes_of;
 
 template <class Act>
 void shards_match_whole(MomentStorage moments, MasterStorage master, int count) {

@@ -21,8 +21,8 @@
 #include "snug/optim/optimizer.hpp"
 #include "snug/train/train_step.hpp"
 #include "support/host_run.hpp"
+#include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
-
 using snug::Host;
 using snug::MasterStorage;
 using snug::MemoryCategory;
@@ -30,14 +30,9 @@ using snug::MomentStorage;
 
 namespace {
 
-// Groups of awkward sizes, with and without decay (8-bit quantises the decayed ones).
-const std::vector<snug::ParameterGroup> groups{{0, 1000, true}, {1000, 37, false}, {1037, 2305, true}, {3342, 5, false}};
-constexpr std::int64_t n = 3347;
-
-std::vector<unsigned char> bytes_of(const void* p, std::size_t count) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    return {b, b + count};
-}
+const auto& groups = snug::test::awkward_groups;
+constexpr std::int64_t n = snug::test::awkward_parameters;
+using snug::test::bytes_of;
 
 template <class Act>
 std::vector<std::vector<unsigned char>> state_bytes(snug::AdamW<Act, Host>& opt) {

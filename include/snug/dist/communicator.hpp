@@ -83,11 +83,6 @@ public:
         }
     }
 
-    // Host bytes this communicator holds for staging (0 on the host backend).
-    std::size_t staging_bytes() const {
-        return staging_f32_.capacity() * 4 + staging_f64_.capacity() * 8 + gather_staging_.capacity();
-    }
-
 private:
     template <class T>
     void reduce(const D& dev, T* data, std::int64_t n, const char* what) {

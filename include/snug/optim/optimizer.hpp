@@ -59,9 +59,7 @@ public:
     const AdamWConfig& config() const { return host_ ? host_->config() : device_->config(); }
     int steps() const { return host_ ? host_->steps() : device_->steps(); }
     void set_steps(int steps) { host_ ? host_->set_steps(steps) : device_->set_steps(steps); }
-    // The parameters whose state it keeps: [first(), first() + size()).
     std::int64_t size() const { return host_ ? host_->size() : device_->size(); }
-    std::int64_t first() const { return host_ ? 0 : device_->first(); }
     bool has_master() const { return host_ ? host_->has_master() : device_->has_master(); }
     // As AdamW's, in host memory when offloaded (see state_buffers' on_host).
     float* master() { return host_ ? host_->master() : device_->master(); }

@@ -172,7 +172,7 @@ public:
         plan_recompute(B, T);
         const D& dev = ctx.device;
         const float scale = loss_scale();
-        const int ranks = comm_ ? comm_->size() : 1;
+        const int ranks = this->ranks();
         // Over ranks too: the sum over the ranks below is then the mean
         // gradient of the global batch of ranks · n · B sequences.
         const float dloss = scale / (static_cast<float>(B) * static_cast<float>(T) * static_cast<float>(n) *
