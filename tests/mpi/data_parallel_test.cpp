@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "mpi/ranks_fixture.hpp"
@@ -322,4 +323,73 @@ TEST_CASE("ZeRO-1 refuses a communicator of another size or rank") {
     tc.shard = tc.shards;
     using Step = decltype(step);
     CHECK_THROWS_WITH(Step(model, run.tracker, run.ctx.device, tc), Contains("need 0 <= shard < shards"));
+}
+
+namespace staged {
+
+// A device whose memory is host memory but which is not snug::Host, so the
+// Communicator stages it through host memory window by window, as it does a
+// GPU's without NCCL; it remembers its largest copy (bytes) each way.
+struct Device {
+    static constexpr const char* name = "staged (test)";
+    static void* allocate(std::size_t n) { return ::operator new(n); }
+    static void deallocate(void* p) noexcept { ::operator delete(p); }
+    void synchronize() const {}
+    mutable std::int64_t largest_copy = 0;
+};
+template <class T>
+void download(const Device& d, std::type_identity_t<T>* dst, const T* src, std::int64_t n) {
+    d.largest_copy = std::max(d.largest_copy, n * static_cast<std::int64_t>(sizeof(T)));
+    std::copy_n(src, n, dst);
+}
+template <class T>
+void upload(const Device& d, T* dst, const std::type_identity_t<T>* src, std::int64_t n) {
+    d.largest_copy = std::max(d.largest_copy, n * static_cast<std::int64_t>(sizeof(T)));
+    std::copy_n(src, n, dst);
+}
+
+}  // namespace staged
+
+TEST_CASE("Communicator stages a device's memory in windows of its bucket: sums, reduce-scatter, all-gather") {
+    REQUIRE(ranks().size() == 2);  // the exact sums below are of two addends
+    const int me = ranks().rank();
+    constexpr std::int64_t bucket = 5, n = 23;  // windows of 5 values (20 bytes): 4 whole, 1 of 3
+    staged::Device dev;
+    snug::dist::Communicator<staged::Device> comm(ranks(), bucket);
+    const std::vector<float> in0 = input_of<float>(0, n), in1 = input_of<float>(1, n);
+    auto sum = [&](std::int64_t i) { return in0[static_cast<std::size_t>(i)] + in1[static_cast<std::size_t>(i)]; };
+
+    std::vector<float> data = input_of<float>(me, n);
+    comm.all_reduce_sum(dev, data.data(), n, "test all-reduce");
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i) wrong += data[static_cast<std::size_t>(i)] != sum(i);
+    CHECK(wrong == 0);
+
+    // Even, uneven (a cut inside a window), and one rank's part empty.
+    for (const std::vector<std::int64_t>& cuts : {std::vector<std::int64_t>{0, 10, n}, std::vector<std::int64_t>{0, 7, n},
+                                                  std::vector<std::int64_t>{0, 0, n}, std::vector<std::int64_t>{0, n, n}}) {
+        INFO("cuts 0, " << cuts[1] << ", " << n);
+        const std::int64_t a = cuts[me], b = cuts[me + 1];
+        data = input_of<float>(me, n);
+        comm.reduce_scatter_sum(dev, data.data(), cuts, "test reduce-scatter");
+        wrong = 0;
+        for (std::int64_t i = a; i < b; ++i) wrong += data[static_cast<std::size_t>(i)] != sum(i);
+        CHECK(wrong == 0);
+
+        // Doubles: 8-byte values, so some straddle two 20-byte windows.
+        const std::vector<double> d0 = input_of<double>(0, n), d1 = input_of<double>(1, n);
+        std::vector<double> gathered(static_cast<std::size_t>(n), std::nan(""));  // poison
+        const std::vector<double>& mine = me == 0 ? d0 : d1;
+        std::copy(mine.begin() + a, mine.begin() + b, gathered.begin() + a);
+        comm.all_gather(dev, gathered.data(), cuts, "test all-gather");
+        wrong = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            const auto k = static_cast<std::size_t>(i);
+            wrong += gathered[k] != (i < cuts[1] ? d0[k] : d1[k]);
+        }
+        CHECK(wrong == 0);
+    }
+    // Never more than a bucket of floats in host memory at once.
+    CHECK(dev.largest_copy > 0);
+    CHECK(dev.largest_copy <= bucket * std::int64_t{sizeof(float)});
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "snug/core/device.hpp"
@@ -54,12 +55,16 @@ public:
         if constexpr (std::is_same_v<D, Host>) {
             ranks_.reduce_scatter_sum(data, cuts, what);
         } else {
+            // Window by window of the staging bucket: each rank's part of the
+            // window is reduced to it, and uploaded where it belongs.
             std::vector<float>& staging = staging_for<float>();
-            staging.resize(static_cast<std::size_t>(cuts.back()));
-            download(dev, staging.data(), data, cuts.back());
-            ranks_.reduce_scatter_sum(staging.data(), cuts, what);
-            const std::int64_t a = cuts[rank()], b = cuts[rank() + 1];
-            upload(dev, data + a, staging.data() + a, b - a);
+            for_each_window(cuts, [&](std::int64_t at, std::int64_t m, std::span<const std::int64_t> window) {
+                staging.resize(static_cast<std::size_t>(m));
+                download(dev, staging.data(), data + at, m);
+                ranks_.reduce_scatter_sum(staging.data(), window, what);
+                const std::int64_t a = window[rank()], b = window[rank() + 1];
+                upload(dev, data + at + a, staging.data() + a, b - a);
+            });
         }
     }
     // Every rank's `data` (device memory) receives every rank's part.
@@ -74,12 +79,17 @@ public:
         if constexpr (std::is_same_v<D, Host>) {
             ranks_.all_gather(data, byte_cuts, what);
         } else {
+            // Window by window (a bucket's bytes): this rank's part of the
+            // window goes out, the whole window comes back.
             auto* device = static_cast<unsigned char*>(data);
-            gather_staging_.resize(static_cast<std::size_t>(byte_cuts.back()));
-            const std::int64_t a = byte_cuts[rank()], b = byte_cuts[rank() + 1];
-            download(dev, gather_staging_.data() + a, device + a, b - a);
-            ranks_.all_gather(gather_staging_.data(), byte_cuts, what);
-            upload(dev, device, gather_staging_.data(), byte_cuts.back());
+            for_each_window(byte_cuts, bucket_ * std::int64_t{sizeof(float)},
+                            [&](std::int64_t at, std::int64_t m, std::span<const std::int64_t> window) {
+                                gather_staging_.resize(static_cast<std::size_t>(m));
+                                const std::int64_t a = window[rank()], b = window[rank() + 1];
+                                download(dev, gather_staging_.data() + a, device + at + a, b - a);
+                                ranks_.all_gather(gather_staging_.data(), window, what);
+                                upload(dev, device + at, gather_staging_.data(), m);
+                            });
         }
     }
 
@@ -99,6 +109,23 @@ private:
                 upload(dev, data + at, staging.data(), m);
             }
         }
+    }
+    // Calls f(at, m, window) for each window [at, at + m) of at most `size`
+    // elements of [0, cuts.back()), window being the cuts clipped to it and
+    // shifted to start at 0 (a rank's part may be empty there). Every rank
+    // walks the same windows, so their collectives pair up.
+    template <class F>
+    static void for_each_window(std::span<const std::int64_t> cuts, std::int64_t size, F&& f) {
+        std::vector<std::int64_t> window(cuts.size());
+        for (std::int64_t at = 0; at < cuts.back(); at += size) {
+            const std::int64_t m = std::min(size, cuts.back() - at);
+            for (std::size_t r = 0; r < cuts.size(); ++r) window[r] = std::clamp(cuts[r], at, at + m) - at;
+            f(at, m, std::span<const std::int64_t>(window));
+        }
+    }
+    template <class F>
+    void for_each_window(std::span<const std::int64_t> cuts, F&& f) const {
+        for_each_window(cuts, bucket_, std::forward<F>(f));
     }
     template <class T>
     std::vector<T>& staging_for() {

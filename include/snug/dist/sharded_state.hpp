@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "snug/core/dtype.hpp"
@@ -21,13 +22,15 @@ struct GatheredState {
 };
 
 // Collective: every rank calls it. Each rank's shard of each of
-// opt.state_buffers() goes to `root`, which receives the buffers whole
-// (host memory: the state's bytes); the other ranks get empty buffers.
+// opt.state_buffers() — or of the one named `only` — goes to `root`, which
+// receives the buffers whole (host memory: the state's bytes); the other
+// ranks get empty buffers.
 template <class Opt, class D>
-GatheredState gather_state(Opt& opt, const D& dev, Ranks& ranks, int root = 0) {
+GatheredState gather_state(Opt& opt, const D& dev, Ranks& ranks, int root = 0, std::string_view only = {}) {
     GatheredState g;
     const int N = ranks.size();
     for (const StateBuffer& b : opt.state_buffers()) {
+        if (!only.empty() && b.name != only) continue;
         const auto size = static_cast<std::int64_t>(dtype_size(b.dtype));
         // Where each rank's shard of this buffer starts (the shards tile it in rank order).
         std::vector<std::int64_t> starts(static_cast<std::size_t>(N)), byte_cuts(starts.size() + 1);

@@ -39,6 +39,8 @@ struct StateBuffer {
     std::int64_t total = -1;  // -1: count (the whole buffer)
     std::int64_t whole() const { return total < 0 ? count : total; }
 };
+// The name of the master weights' buffer among an optimizer's state_buffers().
+inline constexpr const char* master_weights_buffer = "master_weights";
 
 // The parameters [begin, end) whose optimizer state one rank keeps under
 // ZeRO-1 (dist/: each rank updates its shard, the weights are then
@@ -205,7 +207,7 @@ public:
             out.push_back({name, dtype_of<T>, b.data(), n_of(b), false, e.at, e.total});
         };
         const Layout& l = layout_;
-        if (has_master()) add("master_weights", master_, Extent{begin_, total_, n_});
+        if (has_master()) add(master_weights_buffer, master_, Extent{begin_, total_, n_});
         switch (config_.moments) {
             case MomentStorage::fp32: add("first_moment", m_, l.fp32), add("second_moment", v_, l.fp32); break;
             case MomentStorage::bf16: add("first_moment", m16_, l.bf16), add("second_moment", v16_, l.bf16); break;

@@ -125,10 +125,10 @@ std::vector<float> master_weights(Step& step, const Dev& dev, dist::Ranks& ranks
     const std::int64_t P = step.model().num_parameters();
     std::vector<float> w(static_cast<std::size_t>(P));
     if (step.sharded() && step.optimizer().master() != nullptr) {
-        const dist::GatheredState g = dist::gather_state(step.optimizer(), dev, ranks, 0);
+        // Only the master copy: the moments stay where they are.
+        const dist::GatheredState g = dist::gather_state(step.optimizer(), dev, ranks, 0, master_weights_buffer);
         for (const StateBuffer& b : g.buffers)
-            if (b.name == "master_weights" && b.count == P)
-                std::copy_n(static_cast<const float*>(b.data), P, w.begin());
+            if (b.count == P) std::copy_n(static_cast<const float*>(b.data), P, w.begin());
         return w;
     }
     if constexpr (std::is_same_v<Act, float>) {

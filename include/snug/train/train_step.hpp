@@ -185,31 +185,7 @@ public:
             (void)model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss, loss_sum_.data());
             model_.backward(ctx, mb.tokens);
         }
-        const std::int64_t P = model_.num_parameters();
-        if (sharded()) return sharded_update(ctx, lr, scale, std::int64_t{n} * B * T * ranks);
-        if (comm_) {
-            comm_->all_reduce_sum(dev, model_.gradients(), P, "gradient all-reduce");
-            comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
-        }
-
-        bool found_inf = false;
-        if constexpr (Precision::has_loss_scaler) {
-            fill_zero(dev, found_inf_.data(), 1);
-            unscale_and_check(dev, model_.gradients(), P, 1.0f / scale, found_inf_.data());
-            float flag = 0.0f;
-            download(dev, &flag, found_inf_.data(), 1);
-            found_inf = flag != 0.0f;
-        }
-        const float norm = grad_norm_(dev, model_.gradients(), P);
-        // Without a scaler a non-finite gradient still must not reach the weights.
-        found_inf = found_inf || !std::isfinite(norm);
-        if (!found_inf) optimizer_.step(dev, model_.parameters(), model_.gradients(), lr, clip_factor(norm, config_.max_grad_norm));
-        if constexpr (Precision::has_loss_scaler) this->scaler.update(found_inf);
-        if (found_inf) ++skipped_;
-        double loss_sum = 0.0;
-        download(dev, &loss_sum, loss_sum_.data(), 1);
-        const std::int64_t tokens = std::int64_t{n} * B * T * ranks;
-        return {static_cast<float>(loss_sum / static_cast<double>(tokens)), norm, scale, found_inf, tokens};
+        return update(ctx, lr, scale, std::int64_t{n} * B * T * ranks);
     }
 
     // The loss scale the next update will use (1 without a scaler).
@@ -260,20 +236,26 @@ private:
         return AdamW<Act, D>::shard_cuts(model.num_parameters(), model.parameter_groups(), c.shards);
     }
 
-    // ZeRO-1's boundary: this rank's part of the gradient summed over the
-    // ranks, its overflow check and squared norm shared, its shard updated,
-    // every rank's updated weights gathered. (On snug::Meter, which only
-    // counts bytes, there are no other ranks: the collectives are skipped.)
-    StepResult sharded_update(Context<D>& ctx, float lr, float scale, std::int64_t tokens) {
+    // The boundary, after the last backward. This rank's part [a, b) of the
+    // gradient — all of it, [0, P), unless the optimizer's state is sharded
+    // (ZeRO-1) — is summed over the ranks, unscaled and checked, its squared
+    // norm taken (and added over the ranks' shards), and updated; a sharded
+    // update then gathers every rank's part of the weights. (On snug::Meter,
+    // which only counts bytes, there are no other ranks: no collectives.)
+    StepResult update(Context<D>& ctx, float lr, float scale, std::int64_t tokens) {
         const D& dev = ctx.device;
-        constexpr bool counting_only = std::is_same_v<D, Meter>;
-        if (comm_ == nullptr && !counting_only)
+        if (sharded() && comm_ == nullptr && !std::is_same_v<D, Meter>)
             throw ConfigError("TrainStep: the optimizer is sharded over " + std::to_string(config_.shards) +
                               " ranks (ZeRO-1): call data_parallel() with their communicator first");
         const std::int64_t a = cuts_[config_.shard], b = cuts_[config_.shard + 1];
+        // Whether this rank holds only a part: its checks and norm are then partial too.
+        const bool partial = sharded() && comm_ != nullptr;
         float* grads = model_.gradients();
         if (comm_) {
-            comm_->reduce_scatter_sum(dev, grads, cuts_, "gradient reduce-scatter");
+            if (sharded())
+                comm_->reduce_scatter_sum(dev, grads, cuts_, "gradient reduce-scatter");
+            else
+                comm_->all_reduce_sum(dev, grads, model_.num_parameters(), "gradient all-reduce");
             comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
         }
         bool found_inf = false;
@@ -283,15 +265,16 @@ private:
             float flag = 0.0f;
             download(dev, &flag, found_inf_.data(), 1);
             found_inf = flag != 0.0f;
-            if (comm_) found_inf = comm_->ranks().any(found_inf, "overflow check");
+            if (partial) found_inf = comm_->ranks().any(found_inf, "overflow check");
         }
         double squares = grad_norm_.sum_of_squares(dev, grads + a, b - a);
-        if (comm_) squares = comm_->ranks().sum(squares, "squared gradient norm");
+        if (partial) squares = comm_->ranks().sum(squares, "squared gradient norm");
         const auto norm = static_cast<float>(std::sqrt(squares));
+        // Without a scaler a non-finite gradient still must not reach the weights.
         found_inf = found_inf || !std::isfinite(norm);
         if (!found_inf) {
             optimizer_.step(dev, model_.parameters() + a, grads + a, lr, clip_factor(norm, config_.max_grad_norm));
-            if (comm_) comm_->all_gather(dev, model_.parameters(), cuts_, "weight all-gather");
+            if (partial) comm_->all_gather(dev, model_.parameters(), cuts_, "weight all-gather");
         }
         if constexpr (Precision::has_loss_scaler) this->scaler.update(found_inf);
         if (found_inf) ++skipped_;
