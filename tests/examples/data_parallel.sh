@@ -4,7 +4,9 @@
 # rounding), rank 0 alone reports; ZeRO-1 (--zero) against plain data
 # parallel; then, on the host: 2-rank resumes (plain and ZeRO-1) equal to the
 # uninterrupted runs, ZeRO-1 files resumed without it and back, a resume with
-# another rank count refused naming both, and the faults: a rank that hangs
+# another global batch refused naming both layouts, one with the same global
+# batch on another rank count continuing the run (ZeRO-1 resharding), and
+# the faults: a rank that hangs
 # (the other names it after --rank-timeout) and a rank that dies (mpirun
 # names it), each leaving the last saved state loadable and resumable.
 #   data_parallel.sh TRAIN_GPT MPIEXEC DIR host|cuda
@@ -18,7 +20,8 @@ mkdir -p "$dir"
 # one-core machine without oversubscription.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 fail() { echo "FAIL: $*"; exit 1; }
-small="--device $device --layers 2 --heads 2 --channels 32 --seq 16 --accum 2 --eval-batches 2 --sample 0"
+base="--device $device --layers 2 --heads 2 --channels 32 --seq 16 --sample 0"
+small="$base --accum 2 --eval-batches 2"
 every3="--eval-every 3"
 
 # 1. Two ranks of 2 sequences equal one process of 4: bf16 (fp32 master).
@@ -65,16 +68,36 @@ python3 "$here/compare_runs.py" "$dir/zero/metrics.jsonl" "$dir/zero_resumed/met
 "$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 7 --zero --resume "$dir/two/state.snug" \
   > "$dir/sharded.log" 2>&1 || { cat "$dir/sharded.log"; fail "a plain state resumed with --zero"; }
 echo "ok: ZeRO-1 resume, either way"
-# 4. The 2-rank state in one process: refused, naming both counts, nothing written.
+# 4. The 2-rank state (2 x 2 x accumulation 2) in one process: as 1 x 2 x 2
+#    refused (another global batch), naming both layouts, nothing written; as
+#    1 x 4 x 2 or 1 x 2 x 4 (the same rows) it continues the 2-rank run's
+#    updates within rounding; and a one-process state resumes on 2 ranks with
+#    --zero (each loading its shard).
 before=$(cksum < "$dir/two/state.snug")
 set +e
 "$exe" $small $every3 --precision bf16 --batch 2 --steps 8 --resume "$dir/two/state.snug" --out "$dir/two" > "$dir/refused.log" 2>&1
 code=$?
 set -e
-[ $code = 2 ] || { cat "$dir/refused.log"; fail "resume with another rank count: exit $code, not 2"; }
-grep -q "ranks was 2 in the saved run but is 1 now" "$dir/refused.log" || { cat "$dir/refused.log"; fail "message"; }
+[ $code = 2 ] || { cat "$dir/refused.log"; fail "resume with another global batch: exit $code, not 2"; }
+grep -q "the saved run took 8 sequences per update (2 ranks x micro-batch 2 x accumulation 2) but this one takes 4 (1 rank x micro-batch 2 x accumulation 2)" "$dir/refused.log" ||
+  { cat "$dir/refused.log"; fail "message"; }
 [ "$(cksum < "$dir/two/state.snug")" = "$before" ] || fail "a refused resume changed the state file"
-echo "ok: another rank count refused"
+# (From the 2-rank state after 6 updates to 9: on 2 ranks, then one process.)
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 9 --resume "$dir/two/state.snug" \
+  --out "$dir/two9" > /dev/null 2>&1
+# Validation reads eval-batches windows of B rows: 4 of 2 are the 2 of 4 the ranks read.
+for layout in "--batch 4 --accum 2 --eval-batches 2" "--batch 2 --accum 4 --eval-batches 4"; do
+  "$exe" $base $every3 --precision bf16 $layout --steps 9 --resume "$dir/two/state.snug" --out "$dir/relaid" \
+    > "$dir/relaid.log" 2>&1 || { cat "$dir/relaid.log"; fail "the 2-rank state in one process ($layout)"; }
+  grep -q "resumed from .* at update 6" "$dir/relaid.log" || { cat "$dir/relaid.log"; fail "not resumed at 6"; }
+  python3 "$here/compare_runs.py" "$dir/two9/metrics.jsonl" "$dir/relaid/metrics.jsonl" --from 7 --rel 2e-3
+  rm -rf "$dir/relaid"
+done
+"$exe" $small $every3 --precision bf16 --batch 4 --steps 6 --stop-after 3 --out "$dir/one3" > /dev/null
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --resume "$dir/one3/state.snug" \
+  --out "$dir/one3" > "$dir/resharded.log" 2>&1 || { cat "$dir/resharded.log"; fail "a one-process state on 2 ZeRO-1 ranks"; }
+python3 "$here/compare_runs.py" "$dir/one/metrics.jsonl" "$dir/one3/metrics.jsonl" --from 4 --rel 2e-3
+echo "ok: another global batch refused; the same one on another rank count continues (and reshards)"
 
 # Starts a long 2-rank run saving every 5 updates, waits for its first save,
 # then sends rank 1 the signal $2 and waits for the job to end; its output

@@ -6,8 +6,9 @@
 #      (with full recomputation: the policy may change on resume) give the
 #      same final weights (llm.c model files compared with cmp) and the same
 #      training losses for updates 4-8;
-#   2. a resume with a different micro-batch or optimizer state is refused,
-#      naming the option, and one with the other attention kind is accepted;
+#   2. a resume with another global batch (sequences per update) or optimizer
+#      state is refused, naming it, and one with the other attention kind is
+#      accepted;
 #   3. Ctrl-C (SIGINT) saves the state and exits 130, and the state resumes;
 #   4. a trained model saved as an llm.c file (and exported as Hugging Face
 #      safetensors) and read back with --init-from --eval-only gives the
@@ -49,8 +50,9 @@ done
     --resume "$dir/resumed-fp32/state.snug" >"$dir/mismatch.log" 2>&1
 rc=$?
 [ $rc = 2 ] || fail "a resume with another --batch exited $rc, not 2"
-grep -q "batch was 4 in the saved run but is 2 now" "$dir/mismatch.log" || fail "the mismatch message does not name --batch: $(cat "$dir/mismatch.log")"
-echo "ok: a resume with another micro-batch is refused with exit 2"
+grep -q "the saved run took 8 sequences per update (1 rank x micro-batch 4 x accumulation 2) but this one takes 4 (1 rank x micro-batch 2 x accumulation 2)" "$dir/mismatch.log" ||
+    fail "the mismatch message does not name the global batch: $(cat "$dir/mismatch.log")"
+echo "ok: a resume with another global batch is refused with exit 2"
 "$exe" $tiny --steps 8 --precision bf16 --accum 2 --checkpoint selective \
     --resume "$dir/resumed-bf16-lean/state.snug" >"$dir/mismatch-lean.log" 2>&1
 rc=$?

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -142,11 +143,33 @@ TEST_CASE("run: a stop after update K saves the state, and a resumed run continu
     CHECK(first.records.size() == 2);
     o.stop_after = 0;
     o.resume = o.state_path();
+    const std::filesystem::path after_two = dir.path / "after_two.snug";
+    std::filesystem::copy_file(o.resume, after_two);
     const snug::RunResult rest = train_fp32(o);
     CHECK(rest.exit_code == 0);
     REQUIRE(rest.records.size() == 1);
     CHECK(rest.records.front().step == 3);
-    // A resume under another micro-batch is refused, naming it.
+    // Another global batch is refused, naming both layouts...
     o.run.micro_batch = 4;
-    CHECK_THROWS_WITH(train_fp32(o), Catch::Contains("batch was 2 in the saved run but is 4 now"));
+    CHECK_THROWS_WITH(train_fp32(o), Catch::Contains("the saved run took 2 sequences per update (1 rank x "
+                                                     "micro-batch 2 x accumulation 1) but this one takes 4 (1 rank "
+                                                     "x micro-batch 4 x accumulation 1)"));
+    // ... but the same one laid out otherwise continues: micro-batch 1
+    // accumulated twice reads the same rows; update 3 equals the straight
+    // run's up to the order of the sums.
+    o.run.micro_batch = 1;
+    o.run.accumulation = 2;
+    o.resume = after_two.string();
+    const snug::RunResult relaid = train_fp32(o);
+    CHECK(relaid.exit_code == 0);
+    REQUIRE(relaid.records.size() == 1);
+    CHECK(relaid.records.front().step == 3);
+    snug::test::TempDir straight_dir;
+    snug::TrainOptions straight = tiny_options();
+    straight.out = straight_dir.path.string();
+    const snug::RunResult whole = train_fp32(straight);
+    REQUIRE(whole.records.size() == 3);
+    CHECK(relaid.records.front().train_loss == Approx(whole.records.back().train_loss).epsilon(1e-5));
+    CHECK(relaid.records.front().grad_norm == Approx(whole.records.back().grad_norm).epsilon(1e-5));
+    CHECK(relaid.records.front().train_loss != Approx(whole.records.front().train_loss).epsilon(1e-3));
 }

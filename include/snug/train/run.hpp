@@ -78,8 +78,15 @@ inline void install_stop_handler() {
 
 // ---- what a run is, for the state file -----------------------------------------------
 
-// The options a resumed run must share with the run that saved the state
-// (`ranks`: the data-parallel ranks, each with micro-batch `batch`).
+// The options a resumed run must share with the run that saved the state.
+// The global batch — sequences per update, `ranks` data-parallel ranks each
+// accumulating `accum` micro-batches of `batch` — must stay the same, but not
+// its layout: every layout reads the same rows for an update (consecutive
+// windows of the stream, data/loader.hpp; only at the end of the data does
+// a wider window wrap around sooner), so a run may continue on fewer or
+// more ranks (a ZeRO-1 state is saved whole and loads as any rank's shard)
+// or with a smaller micro-batch accumulated more often, computing the same
+// updates up to the order of the sums.
 // The rest may change on resume: steps, schedule, evaluation, files, and the
 // checkpoint policy (recomputation gives the same gradients bit for bit, so
 // a run may move to a smaller card with --checkpoint auto and continue).
@@ -103,13 +110,27 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
     }
     // A state saved before data parallelism was one process's.
     if (!saved.contains("ranks")) saved["ranks"] = 1;
+    const auto is_layout = [](const std::string& key) { return key == "ranks" || key == "batch" || key == "accum"; };
     for (const auto& [key, value] : now.items()) {
         if (!saved.contains(key))
             throw ConfigError("--resume " + path + ": the saved run does not record '" + key + "'");
-        if (saved[key] != value)
+        if (!is_layout(key) && saved[key] != value)
             throw ConfigError("--resume " + path + ": " + key + " was " + saved[key].dump() +
                               " in the saved run but is " + value.dump() + " now; resume with the same value");
     }
+    const auto sequences = [](const nlohmann::json& j) {
+        return j["ranks"].get<std::int64_t>() * j["batch"].get<std::int64_t>() * j["accum"].get<std::int64_t>();
+    };
+    const auto layout = [](const nlohmann::json& j) {
+        const std::int64_t r = j["ranks"].get<std::int64_t>();
+        return std::to_string(r) + (r == 1 ? " rank" : " ranks") + " x micro-batch " + j["batch"].dump() +
+               " x accumulation " + j["accum"].dump();
+    };
+    if (sequences(saved) != sequences(now))
+        throw ConfigError("--resume " + path + ": the saved run took " + std::to_string(sequences(saved)) +
+                          " sequences per update (" + layout(saved) + ") but this one takes " +
+                          std::to_string(sequences(now)) + " (" + layout(now) +
+                          "); ranks x --batch x --accum may change, their product may not");
 }
 
 // ---- one run -----------------------------------------------------------------------
