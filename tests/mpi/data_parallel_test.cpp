@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -98,6 +100,35 @@ TEST_CASE("MpiRanks: all_equal and any") {
     CHECK_FALSE(ranks().all_equal(ranks().rank() == 0 ? 0ULL : 1ULL << 63, "top bit"));
     CHECK(ranks().any(ranks().rank() == ranks().size() - 1, "one rank says yes"));
     CHECK_FALSE(ranks().any(false, "nobody says yes"));
+}
+
+TEST_CASE("MpiRanks::wait_until returns when its condition holds, answers the others, and times out naming its wait") {
+    int calls = 0;
+    ranks().wait_until([&] { return ++calls == 1000; }, "test wait");
+    CHECK(calls == 1000);
+    // Rank 0 waits 1 s for what never comes, times out and asks the others;
+    // they, still waiting (for 2.5 s) in wait_until, answer it.
+    const double timeout = ranks().timeout();
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    if (ranks().rank() == 0) {
+        ranks().set_timeout(1.0);
+        std::string message = "no timeout";
+        try {
+            ranks().wait_until([] { return false; }, "test wait that never ends");
+        } catch (const snug::dist::RankTimeout& e) {
+            message = e.what();
+        }
+        CHECK_THAT(message, Catch::Contains("rank 0 of " + std::to_string(ranks().size()) +
+                                            " waited 1 s in the test wait that never ends") &&
+                                Catch::Contains("every rank answers"));
+    } else {
+        ranks().wait_until([&] { return clock::now() - start > std::chrono::milliseconds(2500); }, "test wait");
+        CHECK(clock::now() - start > std::chrono::milliseconds(2500));
+    }
+    ranks().set_timeout(timeout);
+    // And the ranks go on together afterwards.
+    CHECK(ranks().all_equal(7, "collective after the timeout"));
 }
 
 namespace {

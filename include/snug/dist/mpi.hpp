@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <span>
@@ -128,6 +129,7 @@ public:
         check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), what);
         wait(&r, 1, what);
     }
+    void wait_until(const std::function<bool()>& done, const char* what) override { poll_until(done, what); }
     void abort(int exit_code) override {
         aborted_ = true;
         MPI_Abort(MPI_COMM_WORLD, exit_code);
@@ -209,20 +211,29 @@ private:
 
     static constexpr std::int64_t window = std::int64_t{1} << 30;
 
-    // Polls the requests until all are complete, answering other ranks'
-    // pings meanwhile; past the timeout, pings every other rank and throws
-    // RankTimeout naming those that do not answer.
+    // Polls the requests until all are complete (see poll_until).
     void wait(MPI_Request* requests, int count, const char* what) {
+        poll_until(
+            [&] {
+                int done = 0;
+                check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
+                return done != 0;
+            },
+            what);
+    }
+
+    // Calls done() until it returns true, answering other ranks' pings
+    // meanwhile; past the timeout, pings every other rank and throws
+    // RankTimeout naming those that do not answer. Spins a little first
+    // (ranks usually arrive together), then sleeps between polls, at most
+    // 500 µs, so a waiting rank leaves its core to the node's other ranks.
+    template <class Done>
+    void poll_until(Done&& done, const char* what) {
         using clock = std::chrono::steady_clock;
-        // Spins a little first (ranks usually arrive together), then sleeps
-        // between polls, at most 500 µs, so a waiting rank leaves its core to
-        // the node's other ranks.
         const auto deadline = clock::now() + std::chrono::duration<double>(timeout());
         auto pause = std::chrono::microseconds(10);
         for (int polls = 0;; ++polls) {
-            int done = 0;
-            check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
-            if (done) return;
+            if (done()) return;
             answer_pings();
             if (polls < 200) continue;
             if (clock::now() > deadline) throw RankTimeout(timeout_message(what));
@@ -249,18 +260,21 @@ private:
     }
 
     // The ranks that do not answer a ping within a few seconds.
+    // (A ping's send completes on its own: its value lives in pings_; a
+    // pong that never came is cancelled, so none lands in freed memory.)
     std::vector<int> silent_ranks() {
-        std::vector<std::int64_t> ping(static_cast<std::size_t>(size_), seq_), pong(ping.size(), -1);
-        std::vector<MPI_Request> sends, receipts(ping.size(), MPI_REQUEST_NULL);
+        std::vector<std::int64_t> pong(static_cast<std::size_t>(size_), -1);
+        std::vector<MPI_Request> receipts(pong.size(), MPI_REQUEST_NULL);
         for (int peer = 0; peer < size_; ++peer) {
             if (peer == rank_) continue;
+            pings_.push_back(seq_);
             MPI_Request r = MPI_REQUEST_NULL;
-            MPI_Isend(&ping[peer], 1, MPI_INT64_T, peer, ping_tag, comm_, &r);
-            sends.push_back(r);
+            MPI_Isend(&pings_.back(), 1, MPI_INT64_T, peer, ping_tag, comm_, &r);
+            MPI_Request_free(&r);
             MPI_Irecv(&pong[peer], 1, MPI_INT64_T, peer, pong_tag, comm_, &receipts[peer]);
         }
+        std::vector<int> answered(pong.size(), 0);
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(5.0, timeout()));
-        std::vector<int> answered(ping.size(), 0);
         answered[rank_] = 1;
         while (std::chrono::steady_clock::now() < until &&
                std::count(answered.begin(), answered.end(), 1) < size_) {
@@ -271,7 +285,11 @@ private:
         }
         std::vector<int> silent;
         for (int peer = 0; peer < size_; ++peer)
-            if (!answered[peer]) silent.push_back(peer);
+            if (!answered[peer]) {
+                silent.push_back(peer);
+                MPI_Cancel(&receipts[peer]);
+                MPI_Wait(&receipts[peer], MPI_STATUS_IGNORE);
+            }
         return silent;
     }
 
@@ -304,7 +322,7 @@ private:
     int rank_ = 0, size_ = 1, local_rank_ = 0;
     bool owns_mpi_ = false, aborted_ = false;
     std::int64_t seq_ = 0;
-    std::deque<std::int64_t> pongs_;  // answers in flight (a deque keeps their addresses)
+    std::deque<std::int64_t> pings_, pongs_;  // questions and answers in flight (a deque keeps their addresses)
 };
 
 // MpiRanks when an MPI launcher started this process, else the single

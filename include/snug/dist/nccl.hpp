@@ -13,6 +13,15 @@
 // Sums are ncclAllReduce in place: NCCL's ring gives every rank the same bits
 // (its reduction order does not depend on the rank).
 //
+// A peer that dies or hangs would leave NCCL's kernels spinning on this GPU
+// and the host waiting in CUDA forever; so after queuing a collective the
+// rank waits for it as for an MPI collective (Ranks::wait_until: answering
+// the other ranks, --rank-timeout at most, then RankTimeout naming the ranks
+// that do not answer), watching NCCL's asynchronous error too, and aborts
+// the communicator (ncclCommAbort frees the stuck kernels) before it throws.
+// The wait costs one host round trip per collective: TrainStep reads the
+// overflow flag and the loss right after the sums anyway.
+//
 // Needs a real GPU: the emulated backend has no NCCL (its device pointers are
 // host memory); a program built for it uses the staged dist::Communicator.
 #pragma once
@@ -20,6 +29,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 
@@ -48,9 +58,16 @@ public:
         if (ranks.rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
         ranks.broadcast(&id, sizeof id, 0, "broadcast of NCCL's unique id");
         check(ncclCommInitRank(&comm_, ranks.size(), id, ranks.rank()), "ncclCommInitRank");
+        cuda::check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     }
+    // ncclCommDestroy waits for the queued collectives, which never end when
+    // a peer is gone: while an exception unwinds, the communicator is aborted.
     ~NcclCommunicator() override {
-        if (comm_ != nullptr) ncclCommDestroy(comm_);
+        if (comm_ != nullptr && std::uncaught_exceptions() > 0)
+            ncclCommAbort(comm_);
+        else if (comm_ != nullptr)
+            ncclCommDestroy(comm_);
+        if (done_ != nullptr) cudaEventDestroy(done_);
     }
 
     void all_reduce_sum(const Cuda& dev, float* data, std::int64_t n, const char* what) override {
@@ -71,6 +88,7 @@ public:
                              ncclFloat32, ncclSum, r, comm_, dev.stream),
                   what);
         check(ncclGroupEnd(), what);
+        wait(what);
     }
     // One ncclBroadcast per rank (from that rank) in a group.
     void all_gather_bytes(const Cuda& dev, void* data, std::span<const std::int64_t> byte_cuts,
@@ -85,6 +103,7 @@ public:
                                 dev.stream),
                   what);
         check(ncclGroupEnd(), what);
+        wait(what);
     }
 
 private:
@@ -97,6 +116,30 @@ private:
         if (size() == 1 || n == 0) return;
         check_stream(dev, what);
         check(ncclAllReduce(data, data, static_cast<std::size_t>(n), type, ncclSum, comm_, dev.stream), what);
+        wait(what);
+    }
+    // Until the stream reaches the end of the collective just queued (the
+    // work before it included), watched as the class comment says.
+    void wait(const char* what) {
+        cuda::check(cudaEventRecord(done_, stream_));
+        const std::string name = std::string("NCCL ") + what;
+        try {
+            ranks().wait_until(
+                [&] {
+                    ncclResult_t async = ncclSuccess;
+                    check(ncclCommGetAsyncError(comm_, &async), what);
+                    check(async, what);
+                    const cudaError_t state = cudaEventQuery(done_);
+                    if (state == cudaErrorNotReady) return false;
+                    cuda::check(state);
+                    return true;
+                },
+                name.c_str());
+        } catch (...) {
+            ncclCommAbort(comm_);
+            comm_ = nullptr;
+            throw;
+        }
     }
     void check(ncclResult_t result, const char* what) const {
         if (result == ncclSuccess) return;
@@ -106,6 +149,7 @@ private:
 
     ncclComm_t comm_ = nullptr;
     cudaStream_t stream_ = nullptr;
+    cudaEvent_t done_ = nullptr;  // recorded after each collective
 };
 
 }  // namespace snug::dist

@@ -16,12 +16,15 @@
 // waiting in it, naming the ranks that no longer answer (MpiRanks).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "snug/core/error.hpp"
 
@@ -71,6 +74,12 @@ public:
     // `whole` is read on the root only.
     virtual void gather(const void* part, void* whole, std::span<const std::int64_t> byte_cuts, int root,
                         const char* what) = 0;
+    // Waits until done() returns true, as a collective waits: answering the
+    // other ranks meanwhile, and past timeout() throwing RankTimeout naming
+    // this rank, `what` and the ranks that do not answer. For work the ranks
+    // share outside these collectives: NCCL's on a GPU (dist/nccl.hpp).
+    virtual void wait_until(const std::function<bool()>& done, const char* what) = 0;
+
     // Seconds a collective waits for the other ranks before RankTimeout.
     double timeout() const { return timeout_; }
     void set_timeout(double seconds) {
@@ -108,6 +117,15 @@ public:
     void all_gather(void*, std::span<const std::int64_t>, const char*) override {}
     void gather(const void* part, void* whole, std::span<const std::int64_t> byte_cuts, int, const char*) override {
         if (whole != part) std::memcpy(whole, part, static_cast<std::size_t>(byte_cuts.back()));
+    }
+    void wait_until(const std::function<bool()>& done, const char* what) override {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout());
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline)
+                throw RankTimeout("the single process waited " + std::to_string(static_cast<int>(timeout())) +
+                                  " s in the " + what);
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
     }
     void abort(int) override {}
 };
