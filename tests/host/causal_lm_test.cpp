@@ -92,6 +92,10 @@ TEST_CASE("A Llama declares embedding, blocks, norm and an untied head, in that 
     // 2 Vp C + L (2C + 4C^2 + 3HC) + C
     const std::int64_t C = 16, H = 40, Vp = 64;
     CHECK(model.num_parameters() == 2 * Vp * C + 3 * (2 * C + 4 * C * C + 3 * H * C) + C);
+    // Each block's tensors lie together: one range per block, after the embedding.
+    const std::int64_t block = 2 * C + 4 * C * C + 3 * H * C;
+    for (int l = 0; l < 3; ++l)
+        CHECK(model.block_parameters(l) == std::vector<snug::ParameterRange>{{Vp * C + l * block, block}});
     CHECK(run.tracker.current(MemoryCategory::parameters) == model.num_parameters() * sizeof(float));
     // The padded rows of both tables start at zero.
     const std::vector<float> w = model.initial_weights(1);

@@ -50,6 +50,21 @@ TEST_CASE("parameters: tensors are laid out in declaration order and found by na
     CHECK(r.initial_values(8) != w);
 }
 
+TEST_CASE("parameters: the ranges of the tensors under a name prefix, adjacent ones merged") {
+    using R = snug::ParameterRange;
+    ParameterRegistry r;
+    r.add("a.0.x", {3}, Init::zeros(), Decay::no);      // [0, 3)
+    r.add("a.0.y", {2}, Init::zeros(), Decay::no);      // [3, 5)
+    r.add("b", {4}, Init::zeros(), Decay::no);          // [5, 9)
+    r.add("a.0.z", {1}, Init::zeros(), Decay::no);      // [9, 10)
+    r.add("a.1.x", {5}, Init::zeros(), Decay::no);      // [10, 15)
+    r.add("a.10.x", {2}, Init::zeros(), Decay::no);     // [15, 17)
+    CHECK(r.ranges("a.0.") == std::vector<R>{{0, 5}, {9, 1}});
+    CHECK(r.ranges("a.1.") == std::vector<R>{{10, 5}});  // not a.10.x
+    CHECK(r.ranges("a.") == std::vector<R>{{0, 5}, {9, 8}});
+    CHECK(r.ranges("c.").empty());
+}
+
 TEST_CASE("parameters: bad declarations are refused, naming the tensor") {
     ParameterRegistry r;
     r.add("a", {2, 2}, Init::zeros(), Decay::no);

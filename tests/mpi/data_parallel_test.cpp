@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -335,6 +336,83 @@ TEST_CASE("ZeRO-1: each rank keeps its shard of the optimizer state and trains a
                                                                                MasterStorage::fp32, 12);
     zero1_matches_data_parallel<snug::precision::Bf16>(MomentStorage::bf16, MasterStorage::none, 4);
     zero1_matches_data_parallel<snug::precision::Bf16>(MomentStorage::int8, MasterStorage::none, 0);
+}
+
+namespace {
+
+// A Communicator that says it overlaps the backward, as NCCL's does; its
+// sums are the blocking ones, so the results must be bit for bit those of
+// summing after the backward. It logs every start_sums call's ranges and
+// every finish_sums.
+struct LoggingCommunicator : snug::dist::Communicator<Host> {
+    using Communicator::Communicator;
+    bool overlaps_backward() const override { return true; }
+    void start_sums(const Host& dev, float* data, std::span<const snug::ParameterRange> ranges,
+                    std::span<const std::int64_t> cuts, const char* what) override {
+        calls.emplace_back(ranges.begin(), ranges.end());
+        Communicator::start_sums(dev, data, ranges, cuts, what);
+    }
+    void finish_sums(const Host&, const char*) override { calls.emplace_back(); }  // empty: a finish
+    std::vector<std::vector<snug::ParameterRange>> calls;
+};
+
+template <class Precision>
+void overlap_matches_summing_after(int shards) {
+    INFO(Precision::name << ", " << shards << " shard(s)");
+    snug::TrainConfig tc;
+    if (shards > 1) {
+        tc.shards = shards;
+        tc.shard = ranks().rank();
+    }
+    snug::dist::Communicator<Host> plain_comm(ranks());
+    LoggingCommunicator logging(ranks());
+    const Trace plain = train<Precision>(2, &plain_comm, tc);
+    const Trace overlapped = train<Precision>(2, &logging, tc);
+    CHECK(overlapped.losses == plain.losses);
+    CHECK(overlapped.norms == plain.norms);
+    CHECK(overlapped.working == plain.working);
+
+    // Each update: block 1's ranges, block 0's (started in the backward,
+    // last block first), then the rest, then the finish; together every
+    // parameter exactly once.
+    using Act = typename Precision::compute_type;
+    const snug::GPTConfig c = snug::GPTConfig::preset("d2").with_vocab(64).with_context(16);
+    snug::MemoryTracker t;
+    const snug::GPT<Act, Host> model(c, t);
+    const std::vector<snug::ParameterTensor> tensors = snug::gpt_named_tensors(c);
+    REQUIRE(logging.calls.size() == 3 * 4);
+    for (int s = 0; s < 3; ++s) {
+        INFO("update " << s + 1);
+        const auto* call = &logging.calls[static_cast<std::size_t>(4 * s)];
+        CHECK(call[0] == model.block_parameters(1));
+        CHECK(call[1] == model.block_parameters(0));
+        CHECK(call[3].empty());
+        // Block 1's ranges are its 12 tensors, one range each (llm.c's order).
+        std::vector<snug::ParameterRange> h1;
+        for (const snug::ParameterTensor& x : tensors)
+            if (x.name.rfind("h.1.", 0) == 0) h1.push_back({x.offset, x.count()});
+        CHECK(h1.size() == 12);
+        CHECK(call[0] == h1);
+        std::vector<snug::ParameterRange> all;
+        for (int k = 0; k < 3; ++k) all.insert(all.end(), call[k].begin(), call[k].end());
+        std::sort(all.begin(), all.end(), [](auto x, auto y) { return x.offset < y.offset; });
+        std::int64_t at = 0;
+        for (const snug::ParameterRange& r : all) {
+            CHECK(r.offset == at);
+            at = r.offset + r.count;
+        }
+        CHECK(at == model.num_parameters());
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Gradient sums that overlap the backward start block by block, last block first, with the same bits") {
+    overlap_matches_summing_after<snug::precision::Fp32>(1);
+    overlap_matches_summing_after<snug::precision::Bf16>(1);
+    overlap_matches_summing_after<snug::precision::Fp16<snug::DynamicLossScaler>>(1);
+    overlap_matches_summing_after<snug::precision::Fp32>(ranks().size());
+    overlap_matches_summing_after<snug::precision::Bf16>(ranks().size());
 }
 
 TEST_CASE("ZeRO-1 refuses a communicator of another size or rank") {

@@ -7,20 +7,21 @@
 // pass through a host staging buffer of at most `bucket` values at a time
 // (download, reduce, upload), so any device trains data-parallel over MPI.
 // A GPU job reduces on the device instead: dist/nccl.hpp's NcclCommunicator
-// overrides the two sums with NCCL's, on the tag's stream.
+// overrides the sums with NCCL's, on the tag's stream — and the gradient
+// sums on a second stream, overlapped with the backward (start_sums).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
 #include "snug/dist/ranks.hpp"
 #include "snug/ops/kernels.hpp"
+#include "snug/optim/parameter_group.hpp"
 
 namespace snug::dist {
 
@@ -58,7 +59,7 @@ public:
             // Window by window of the staging bucket: each rank's part of the
             // window is reduced to it, and uploaded where it belongs.
             std::vector<float>& staging = staging_for<float>();
-            for_each_window(cuts, [&](std::int64_t at, std::int64_t m, std::span<const std::int64_t> window) {
+            for_each_window(cuts, bucket_, [&](std::int64_t at, std::int64_t m, std::span<const std::int64_t> window) {
                 staging.resize(static_cast<std::size_t>(m));
                 download(dev, staging.data(), data + at, m);
                 ranks_.reduce_scatter_sum(staging.data(), window, what);
@@ -93,6 +94,37 @@ public:
         }
     }
 
+    // Gradient sums that may run while the backward goes on. start_sums:
+    // each range of `data` (fp32 gradients) summed over the ranks once the
+    // work queued so far on dev's stream is done — all of the range, or with
+    // `cuts` (ZeRO-1; of the whole of `data`) only this rank's part of it.
+    // finish_sums: every sum started is done before the work queued after it.
+    // Here start_sums runs the blocking collectives above and returns when
+    // they are done; NcclCommunicator queues them on a second stream and says
+    // overlaps_backward(), and TrainStep then starts each block's ranges as
+    // soon as the last micro-batch's backward is past that block.
+    virtual bool overlaps_backward() const { return false; }
+    virtual void start_sums(const D& dev, float* data, std::span<const ParameterRange> ranges,
+                            std::span<const std::int64_t> cuts, const char* what) {
+        for (const ParameterRange& r : ranges) {
+            if (cuts.empty())
+                all_reduce_sum(dev, data + r.offset, r.count, what);
+            else
+                reduce_scatter_sum(dev, data + r.offset, clipped(cuts, r), what);
+        }
+    }
+    virtual void finish_sums(const D&, const char*) {}
+
+protected:
+    // The cuts of a whole buffer as cuts of its range r: each rank's part of
+    // r (maybe empty), counted from r's start.
+    static std::vector<std::int64_t> clipped(std::span<const std::int64_t> cuts, ParameterRange r) {
+        std::vector<std::int64_t> out(cuts.size());
+        for (std::size_t i = 0; i < cuts.size(); ++i)
+            out[i] = std::clamp(cuts[i], r.offset, r.offset + r.count) - r.offset;
+        return out;
+    }
+
 private:
     template <class T>
     void reduce(const D& dev, T* data, std::int64_t n, const char* what) {
@@ -116,16 +148,11 @@ private:
     // walks the same windows, so their collectives pair up.
     template <class F>
     static void for_each_window(std::span<const std::int64_t> cuts, std::int64_t size, F&& f) {
-        std::vector<std::int64_t> window(cuts.size());
         for (std::int64_t at = 0; at < cuts.back(); at += size) {
             const std::int64_t m = std::min(size, cuts.back() - at);
-            for (std::size_t r = 0; r < cuts.size(); ++r) window[r] = std::clamp(cuts[r], at, at + m) - at;
+            const std::vector<std::int64_t> window = clipped(cuts, {at, m});
             f(at, m, std::span<const std::int64_t>(window));
         }
-    }
-    template <class F>
-    void for_each_window(std::span<const std::int64_t> cuts, F&& f) const {
-        for_each_window(cuts, bucket_, std::forward<F>(f));
     }
     template <class T>
     std::vector<T>& staging_for() {

@@ -22,6 +22,12 @@
 // The wait costs one host round trip per collective: TrainStep reads the
 // overflow flag and the loss right after the sums anyway.
 //
+// The gradient sums overlap the backward (overlaps_backward): start_sums
+// queues a block's ranges, one NCCL group, on a second stream that first
+// waits for the training stream's work so far; the backward goes on, and the
+// sums of the next blocks queue behind. finish_sums makes the training
+// stream wait for the second one and waits, as above, until both are done.
+//
 // Needs a real GPU: the emulated backend has no NCCL (its device pointers are
 // host memory); a program built for it uses the staged dist::Communicator.
 #pragma once
@@ -32,6 +38,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
@@ -59,6 +66,9 @@ public:
         ranks.broadcast(&id, sizeof id, 0, "broadcast of NCCL's unique id");
         check(ncclCommInitRank(&comm_, ranks.size(), id, ranks.rank()), "ncclCommInitRank");
         cuda::check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+        cuda::check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+        cuda::check(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
+        cuda::check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
     }
     // ncclCommDestroy waits for the queued collectives, which never end when
     // a peer is gone: while an exception unwinds, the communicator is aborted.
@@ -68,6 +78,9 @@ public:
         else if (comm_ != nullptr)
             ncclCommDestroy(comm_);
         if (done_ != nullptr) cudaEventDestroy(done_);
+        if (ready_ != nullptr) cudaEventDestroy(ready_);
+        if (side_done_ != nullptr) cudaEventDestroy(side_done_);
+        if (side_ != nullptr) cudaStreamDestroy(side_);
     }
 
     void all_reduce_sum(const Cuda& dev, float* data, std::int64_t n, const char* what) override {
@@ -103,6 +116,45 @@ public:
                                 dev.stream),
                   what);
         check(ncclGroupEnd(), what);
+        wait(what);
+    }
+
+    bool overlaps_backward() const override { return true; }
+    // One group on the second stream, after the training stream's work so
+    // far: ncclAllReduce per range, or under ZeRO-1 one ncclReduce per
+    // rank's non-empty part of each range.
+    void start_sums(const Cuda& dev, float* data, std::span<const ParameterRange> ranges,
+                    std::span<const std::int64_t> cuts, const char* what) override {
+        if (size() == 1 || ranges.empty()) return;
+        check_stream(dev, what);
+        cuda::check(cudaEventRecord(ready_, stream_));
+        cuda::check(cudaStreamWaitEvent(side_, ready_, 0));
+        check(ncclGroupStart(), what);
+        for (const ParameterRange& r : ranges) {
+            float* at = data + r.offset;
+            if (cuts.empty()) {
+                check(ncclAllReduce(at, at, static_cast<std::size_t>(r.count), ncclFloat32, ncclSum, comm_, side_),
+                      what);
+                continue;
+            }
+            const std::vector<std::int64_t> part = clipped(cuts, r);
+            for (int q = 0; q < size(); ++q) {
+                const std::int64_t n = part[q + 1] - part[q];
+                if (n > 0)
+                    check(ncclReduce(at + part[q], at + part[q], static_cast<std::size_t>(n), ncclFloat32, ncclSum, q,
+                                     comm_, side_),
+                          what);
+            }
+        }
+        check(ncclGroupEnd(), what);
+        started_ = true;
+    }
+    void finish_sums(const Cuda& dev, const char* what) override {
+        if (!started_) return;
+        check_stream(dev, what);
+        cuda::check(cudaEventRecord(side_done_, side_));
+        cuda::check(cudaStreamWaitEvent(stream_, side_done_, 0));
+        started_ = false;
         wait(what);
     }
 
@@ -150,6 +202,10 @@ private:
     ncclComm_t comm_ = nullptr;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t done_ = nullptr;  // recorded after each collective
+    cudaStream_t side_ = nullptr;  // the gradient sums that overlap the backward
+    cudaEvent_t ready_ = nullptr;      // the training stream's work before a start_sums
+    cudaEvent_t side_done_ = nullptr;  // the second stream's sums, at finish_sums
+    bool started_ = false;             // sums queued there since the last finish_sums
 };
 
 }  // namespace snug::dist

@@ -94,6 +94,11 @@ public:
     Act* parameters() { return params_.data(); }
     float* gradients() { return grads_.data(); }
     std::vector<ParameterGroup> parameter_groups() const { return registry_.groups(); }
+    // Where block l's tensors lie in the buffers (one range: a block
+    // declares its tensors together).
+    std::vector<ParameterRange> block_parameters(int l) const {
+        return registry_.ranges("layers." + std::to_string(l) + ".");
+    }
 
     // The registry's initialisation, in fp32 on the host, deterministic in seed.
     std::vector<float> initial_weights(std::uint64_t seed) const { return registry_.initial_values(seed); }
@@ -142,7 +147,8 @@ public:
 
     // Adds this pass's parameter gradients into gradients() and frees the
     // pass's activations.
-    void backward(Context<D>& ctx, const std::int32_t* tokens) {
+    // `after` (optional) is called as each block's gradients become final.
+    void backward(Context<D>& ctx, const std::int32_t* tokens, const AfterBlock& after = {}) {
         const Act* dnormed = pass_.begin_backward();
         const int B = pass_.B(), T = pass_.T();
         const std::int64_t N = std::int64_t{B} * T;
@@ -156,7 +162,7 @@ public:
         norm_.backward(dev, dres, dnormed, x_last_, N);
         // The head's activations go before the blocks' backward, which may recompute.
         pass_.release_head(ctx);
-        dres = blocks_.backward(ctx, dres, dother);
+        dres = blocks_.backward(ctx, dres, dother, after);
         encoder_backward(dev, grad(embed_), positions_ >= 0 ? grad(positions_) : nullptr, dres, tokens, B, T, C_);
         tmp.release_to(scratch_mark);
         pass_.end_backward(ctx);

@@ -94,6 +94,11 @@ public:
 
     // Which parameters AdamW decays (2-D weights) and which not.
     std::vector<ParameterGroup> parameter_groups() const { return gpt_parameter_groups(config_); }
+    // Where block l's tensors lie in the buffers (llm.c's order: one range
+    // per tensor kind).
+    std::vector<ParameterRange> block_parameters(int l) const {
+        return gpt_parameter_registry(config_).ranges("h." + std::to_string(l) + ".");
+    }
 
     // Forward over tokens (B, T) (device memory, ids < V). With targets (B, T),
     // returns the mean per-token cross-entropy, computed a chunk of tokens at a
@@ -131,7 +136,8 @@ public:
 
     // Adds this pass's parameter gradients into gradients() (fp32) and frees
     // the pass's activations.
-    void backward(Context<D>& ctx, const std::int32_t* tokens) {
+    // `after` (optional) is called as each block's gradients become final.
+    void backward(Context<D>& ctx, const std::int32_t* tokens, const AfterBlock& after = {}) {
         const Act* dlnf = pass_.begin_backward();
         const int B = pass_.B(), T = pass_.T();
         const std::int64_t N = std::int64_t{B} * T;
@@ -150,7 +156,7 @@ public:
                            lnf_mean_, lnf_rstd_, N, C);
         // The head's activations go before the blocks' backward, which may recompute.
         pass_.release_head(ctx);
-        dres = blocks_.backward(ctx, dres, dother);
+        dres = blocks_.backward(ctx, dres, dother, after);
         encoder_backward(dev, g[GPTTensor::wte], g[GPTTensor::wpe], dres, tokens, B, T, C);
         tmp.release_to(scratch_mark);
         pass_.end_backward(ctx);

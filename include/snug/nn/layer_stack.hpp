@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -23,6 +24,11 @@ namespace snug {
 // makes its forward keep the expensive part and its backward recompute the rest.
 template <class L>
 concept SelectiveLayer = Layer<L> && requires(L& layer, bool on) { layer.set_selective(on); };
+
+// Called by a backward after block (layer) l's backward: that block's
+// parameter gradients are final for this pass (TrainStep starts summing them
+// over the ranks while the backward goes on).
+using AfterBlock = std::function<void(int l)>;
 
 template <Layer L>
 class LayerStack {
@@ -81,8 +87,9 @@ public:
     // Backward through every layer. On entry `grad` holds the gradient of the
     // last output; `other` is a second buffer of the same shape. Gradients
     // alternate between the two; the returned one holds the gradient of the
-    // stack's input. Pops every output that forward pushed.
-    T* backward(Context<D>& ctx, T* grad, T* other) {
+    // stack's input. Pops every output that forward pushed. `after`, if set,
+    // is called with each layer's index once its backward is done.
+    T* backward(Context<D>& ctx, T* grad, T* other, const AfterBlock& after = {}) {
         for (std::size_t j = layers_.size(); j-- > 0;) {
             const TensorView<const T, D> in(inputs_[j], shape_);
             const TensorView<const T, D> dout(grad, shape_);
@@ -93,6 +100,7 @@ public:
                 layers_[j].backward(ctx, in, dout, din);
             ctx.activations.pop(outputs_[j]);  // pushed just before layer j's own activations
             std::swap(grad, other);
+            if (after) after(static_cast<int>(j));
         }
         return grad;
     }

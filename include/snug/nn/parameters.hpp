@@ -108,6 +108,20 @@ public:
         return out;
     }
 
+    // Where the tensors whose names start with `prefix` lie (a block's:
+    // "h.3."), adjacent ones merged into one range, in buffer order.
+    std::vector<ParameterRange> ranges(std::string_view prefix) const {
+        std::vector<ParameterRange> out;
+        for (const ParameterTensor& t : tensors_) {
+            if (!t.name.starts_with(prefix)) continue;
+            if (!out.empty() && out.back().offset + out.back().count == t.offset)
+                out.back().count += t.count();
+            else
+                out.push_back({t.offset, t.count()});
+        }
+        return out;
+    }
+
     // The initial weights, fp32 on the host, deterministic in `seed`: one
     // Philox stream drawn tensor by tensor in declaration order.
     std::vector<float> initial_values(std::uint64_t seed) const {

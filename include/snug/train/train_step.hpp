@@ -11,6 +11,8 @@
 //                         up in fp32, the loss adds up on the device (read once per update)
 //   data parallel:        gradients and loss summed over the ranks (dist::Communicator):
 //                         each rank now holds the mean gradient of the global batch;
+//                         a communicator that overlaps (NCCL) starts each block's sums
+//                         as soon as the last backward is past that block;
 //                         ZeRO-1 (TrainConfig::shards): the gradients reduce-scattered,
 //                         each rank checks, measures and updates its shard, the
 //                         weights all-gathered
@@ -25,11 +27,13 @@
 // Every buffer it owns comes from the MemoryTracker.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "snug/accumulate/policies.hpp"
@@ -68,6 +72,16 @@ concept TrainableModel = requires(M& m, const M& cm, Context<typename M::device_
     m.set_recompute(modes);
     // The checkpoint policies' question is answered on the model's Meter twin.
     requires MeterableModel<M>;
+};
+
+// A model whose backward says when each block's gradients are final, and
+// where each block's parameters lie (GPT and CausalLM do): data-parallel
+// gradient sums then overlap the backward. Other models sum after it.
+template <class M>
+concept BlockwiseBackward = requires(M& m, const M& cm, Context<typename M::device_type>& ctx,
+                                     const std::int32_t* ids, const AfterBlock& after, int l) {
+    m.backward(ctx, ids, after);
+    { cm.block_parameters(l) } -> std::same_as<std::vector<ParameterRange>>;
 };
 
 // One micro-batch: token ids and next-token targets, (B, T) each, in the
@@ -181,11 +195,23 @@ public:
         model_.zero_grad(dev);
         // The loss adds up on the device and is read once, below.
         fill_zero(dev, loss_sum_.data(), 1);
-        for (const MicroBatch& mb : micro_batches) {
+        const bool overlap = overlaps_backward();
+        for (int i = 0; i < n; ++i) {
+            const MicroBatch& mb = micro_batches[static_cast<std::size_t>(i)];
             (void)model_.forward(ctx, mb.tokens, mb.targets, B, T, dloss, loss_sum_.data());
+            if constexpr (BlockwiseBackward<Model>) {
+                // In the last backward each block's gradients are final once
+                // it is past that block: their sums start there.
+                if (overlap && i == n - 1) {
+                    model_.backward(ctx, mb.tokens, [&](int l) {
+                        start_gradient_sums(dev, blocks_.ranges[static_cast<std::size_t>(l)]);
+                    });
+                    continue;
+                }
+            }
             model_.backward(ctx, mb.tokens);
         }
-        return update(ctx, lr, scale, std::int64_t{n} * B * T * ranks);
+        return update(ctx, lr, scale, std::int64_t{n} * B * T * ranks, overlap);
     }
 
     // The loss scale the next update will use (1 without a scaler).
@@ -212,6 +238,7 @@ public:
             throw ConfigError("TrainStep: the optimizer is sharded for rank " + std::to_string(config_.shard) +
                               " of " + std::to_string(config_.shards) + " (ZeRO-1), but the communicator is rank " +
                               std::to_string(comm.rank()) + " of " + std::to_string(comm.size()));
+        blocks_ = block_ranges(model_);
         comm_ = comm.size() > 1 ? &comm : nullptr;
     }
     // Whether the optimizer's state is sharded across ranks (ZeRO-1).
@@ -220,6 +247,9 @@ public:
     std::span<const std::int64_t> shard_cuts() const { return cuts_; }
     // The ranks the step averages over (1 without data_parallel).
     int ranks() const { return comm_ ? comm_->size() : 1; }
+    // Whether the gradient sums run during the last backward, block by block
+    // (a BlockwiseBackward model and a communicator that overlaps_backward).
+    bool overlaps_backward() const { return BlockwiseBackward<Model> && comm_ && comm_->overlaps_backward(); }
 
     Optimizer<Act, D>& optimizer() { return optimizer_; }
     const TrainConfig& config() const { return config_; }
@@ -236,13 +266,61 @@ private:
         return AdamW<Act, D>::shard_cuts(model.num_parameters(), model.parameter_groups(), c.shards);
     }
 
+    // Each block's parameter ranges, and the ranges in no block (embeddings,
+    // final norm: their gradients are final only at the end of the backward).
+    struct BlockRanges {
+        std::vector<std::vector<ParameterRange>> ranges;  // (blocks)
+        std::vector<ParameterRange> rest;
+    };
+    // Checked here: blocks' ranges inside the buffer and not shared.
+    static BlockRanges block_ranges(const Model& model) {
+        const std::int64_t P = model.num_parameters();
+        if constexpr (!BlockwiseBackward<Model>) {
+            return {{}, {{0, P}}};
+        } else {
+            BlockRanges out;
+            std::vector<std::pair<ParameterRange, int>> all;
+            for (int l = 0; l < model.num_blocks(); ++l) {
+                out.ranges.push_back(model.block_parameters(l));
+                for (const ParameterRange& r : out.ranges.back()) {
+                    if (r.offset < 0 || r.count < 0 || r.offset + r.count > P)
+                        throw Error("TrainStep: block " + std::to_string(l) + "'s parameters [" +
+                                    std::to_string(r.offset) + ", " + std::to_string(r.offset + r.count) +
+                                    ") lie outside the model's " + std::to_string(P));
+                    all.push_back({r, l});
+                }
+            }
+            std::sort(all.begin(), all.end(),
+                      [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
+            std::int64_t at = 0;
+            for (std::size_t i = 0; i < all.size(); ++i) {
+                const ParameterRange r = all[i].first;
+                if (r.offset < at)
+                    throw Error("TrainStep: blocks " + std::to_string(all[i - 1].second) + " and " +
+                                std::to_string(all[i].second) + " both claim parameter " + std::to_string(r.offset));
+                if (r.offset > at) out.rest.push_back({at, r.offset - at});
+                at = r.offset + r.count;
+            }
+            if (at < P) out.rest.push_back({at, P - at});
+            return out;
+        }
+    }
+
+    // Starts summing these ranges of the gradient over the ranks (this
+    // rank's part of each under ZeRO-1).
+    void start_gradient_sums(const D& dev, std::span<const ParameterRange> ranges) {
+        comm_->start_sums(dev, model_.gradients(), ranges,
+                          sharded() ? std::span<const std::int64_t>(cuts_) : std::span<const std::int64_t>(),
+                          sharded() ? "gradient reduce-scatter" : "gradient all-reduce");
+    }
+
     // The boundary, after the last backward. This rank's part [a, b) of the
     // gradient — all of it, [0, P), unless the optimizer's state is sharded
     // (ZeRO-1) — is summed over the ranks, unscaled and checked, its squared
     // norm taken (and added over the ranks' shards), and updated; a sharded
     // update then gathers every rank's part of the weights. (On snug::Meter,
     // which only counts bytes, there are no other ranks: no collectives.)
-    StepResult update(Context<D>& ctx, float lr, float scale, std::int64_t tokens) {
+    StepResult update(Context<D>& ctx, float lr, float scale, std::int64_t tokens, bool overlapped) {
         const D& dev = ctx.device;
         if (sharded() && comm_ == nullptr && !std::is_same_v<D, Meter>)
             throw ConfigError("TrainStep: the optimizer is sharded over " + std::to_string(config_.shards) +
@@ -252,10 +330,11 @@ private:
         const bool partial = sharded() && comm_ != nullptr;
         float* grads = model_.gradients();
         if (comm_) {
-            if (sharded())
-                comm_->reduce_scatter_sum(dev, grads, cuts_, "gradient reduce-scatter");
-            else
-                comm_->all_reduce_sum(dev, grads, model_.num_parameters(), "gradient all-reduce");
+            // What the backward did not start: the rest, or all of it.
+            const ParameterRange whole{0, model_.num_parameters()};
+            start_gradient_sums(dev, overlapped ? std::span<const ParameterRange>(blocks_.rest)
+                                                : std::span<const ParameterRange>(&whole, 1));
+            comm_->finish_sums(dev, sharded() ? "gradient reduce-scatter" : "gradient all-reduce");
             comm_->all_reduce_sum(dev, loss_sum_.data(), 1, "loss all-reduce");
         }
         bool found_inf = false;
@@ -302,6 +381,7 @@ private:
     GradNorm<D> grad_norm_;
     Buffer<float, D> found_inf_;
     Buffer<double, D> loss_sum_;  // (1) this update's token losses, summed on the device
+    BlockRanges blocks_;
     dist::Communicator<D>* comm_ = nullptr;  // data parallel over its ranks (null: one process)
     std::vector<Recompute> plan_;
     int planned_B_ = 0, planned_T_ = 0;
