@@ -30,6 +30,7 @@
 #include "snug/host/norms.hpp"
 #include "snug/snug.hpp"
 #include "support/cuda_support.hpp"
+#include "support/offloaded_shards.hpp"
 
 using Catch::Matchers::Contains;
 using snug::Cuda;
@@ -323,4 +324,16 @@ TEST_CASE("cuda sum_squares: inf past float's range, and inf or NaN elements pro
     CHECK(std::isnan(result(ones)));
     CHECK_THROWS_WITH(snug::cuda::sum_squares(dev, nullptr, nullptr, -3),
                       Contains("sum_squares") && Contains("n = -3"));
+}
+
+// ZeRO-1 with the optimizer offloaded: each shard's gradients cross the
+// offload link in chunks of 512 (both slots reused) and its weights come
+// back; the device optimizer's bits (tests/support/offloaded_shards.hpp).
+TEST_CASE("cuda: a ZeRO-1 shard offloaded to the host gives the device shard's bits", "[cuda][adamw][offload]") {
+    using snug::MasterStorage;
+    using snug::MomentStorage;
+    const Cuda dev{};
+    snug::test::offloaded_shards_match<float, Cuda>(dev, MomentStorage::fp32, MasterStorage::fp32, 2, 512);
+    snug::test::offloaded_shards_match<snug::bfloat16, Cuda>(dev, MomentStorage::int8, MasterStorage::none, 3, 512);
+    snug::test::offloaded_shards_match<snug::half, Cuda>(dev, MomentStorage::bf16, MasterStorage::fp32, 2, 600);
 }

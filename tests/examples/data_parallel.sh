@@ -2,7 +2,7 @@
 # Data parallel under mpirun: train_gpt on 2 ranks of micro-batch 2 against
 # one process of micro-batch 4 (the same tokens, the same updates within
 # rounding), rank 0 alone reports; ZeRO-1 (--zero) against plain data
-# parallel; then, on the host: 2-rank resumes (plain and ZeRO-1) equal to the
+# parallel, and offloaded (--zero --offload) against on the device; then, on the host: 2-rank resumes (plain and ZeRO-1) equal to the
 # uninterrupted runs, ZeRO-1 files resumed without it and back, a resume with
 # another global batch refused naming both layouts, one with the same global
 # batch on another rank count continuing the run (ZeRO-1 resharding), and
@@ -46,6 +46,13 @@ grep -q "ZeRO-1: each rank keeps 1/2 of the optimizer's state" "$dir/zero.log" |
 python3 "$here/compare_runs.py" "$dir/two/metrics.jsonl" "$dir/zero/metrics.jsonl" --rel 1e-5 \
   --models "$dir/two.bin" "$dir/zero.bin" --mean-abs 1e-6
 echo "ok: ZeRO-1 = plain data parallel"
+# ... and with each rank's shard offloaded to its host (--offload): the
+# device shards' updates bit for bit.
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --offload --out "$dir/zero_off" \
+  --save-model "$dir/zero_off.bin" > "$dir/zero_off.log" 2>&1 || { cat "$dir/zero_off.log"; fail "ZeRO-1 offloaded did not train"; }
+python3 "$here/compare_runs.py" "$dir/zero/metrics.jsonl" "$dir/zero_off/metrics.jsonl" --rel 0 \
+  --models "$dir/zero.bin" "$dir/zero_off.bin" --mean-abs 0
+echo "ok: ZeRO-1 offloaded = ZeRO-1 on the device"
 [ "$device" = host ] || { echo "all ok"; exit 0; }
 
 # 3. Stopped after update 3 and resumed on 2 ranks: the uninterrupted run's numbers exactly.
@@ -67,7 +74,14 @@ python3 "$here/compare_runs.py" "$dir/zero/metrics.jsonl" "$dir/zero_resumed/met
   > "$dir/unsharded.log" 2>&1 || { cat "$dir/unsharded.log"; fail "a ZeRO-1 state resumed without --zero"; }
 "$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 7 --zero --resume "$dir/two/state.snug" \
   > "$dir/sharded.log" 2>&1 || { cat "$dir/sharded.log"; fail "a plain state resumed with --zero"; }
-echo "ok: ZeRO-1 resume, either way"
+# ZeRO-1 offloaded, stopped and resumed: the uninterrupted run's numbers.
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --offload --stop-after 3 \
+  --out "$dir/zero_off_resumed" > /dev/null 2>&1
+"$mpiexec" -np 2 "$exe" $small $every3 --precision bf16 --batch 2 --steps 6 --zero --offload \
+  --resume "$dir/zero_off_resumed/state.snug" --out "$dir/zero_off_resumed" > "$dir/zero_off_resumed.log" 2>&1 ||
+  { cat "$dir/zero_off_resumed.log"; fail "ZeRO-1 offloaded resume"; }
+python3 "$here/compare_runs.py" "$dir/zero_off/metrics.jsonl" "$dir/zero_off_resumed/metrics.jsonl" --rel 0
+echo "ok: ZeRO-1 resume, either way, and offloaded"
 # 4. The 2-rank state (2 x 2 x accumulation 2) in one process: as 1 x 2 x 2
 #    refused (another global batch), naming both layouts, nothing written; as
 #    1 x 4 x 2 or 1 x 2 x 4 (the same rows) it continues the 2-rank run's

@@ -23,6 +23,7 @@
 #include "support/host_run.hpp"
 #include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
+#include "support/offloaded_shards.hpp"
 using snug::Host;
 using snug::MasterStorage;
 using snug::MemoryCategory;
@@ -203,4 +204,12 @@ TEST_CASE("Optimizer reports where its state lives") {
     snug::MemoryTracker device3;
     CHECK_THROWS_WITH((snug::Optimizer<snug::bfloat16, Host>(Host{}, device3, n, groups, cfg, params.data(), &w)),
                       Catch::Matchers::Contains("offload_chunk = 0"));
+}
+
+TEST_CASE("ZeRO-1 offloaded: each shard's host update gives the device shard's bits, its state in the host ledger") {
+    using snug::bfloat16;
+    snug::test::offloaded_shards_match<float, Host>(Host{}, MomentStorage::fp32, MasterStorage::fp32, 2, 512);
+    snug::test::offloaded_shards_match<bfloat16, Host>(Host{}, MomentStorage::int8, MasterStorage::none, 3, 512);
+    snug::test::offloaded_shards_match<bfloat16, Host>(Host{}, MomentStorage::bf16, MasterStorage::fp32, 2, 300);
+    snug::test::offloaded_shards_match<snug::half, Host>(Host{}, MomentStorage::fp32, MasterStorage::fp32, 3, 1 << 22);
 }

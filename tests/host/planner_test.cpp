@@ -318,6 +318,20 @@ TEST_CASE("an offloaded optimizer: nothing of its state on the device, and its h
     const snug::MemoryPlan lean = snug::predict_memory(in);
     CHECK(lean.total == offloaded.total);
     CHECK(lean.host == 2 * 7424 + 2 * 29 * 4 + 2 * 448 * 4 + 2 * P + 2 * 2048 * 4);
+
+    // ZeRO-1 over 2 ranks, offloaded: each rank's host holds its shard's. The
+    // cut falls in the first fc weights (group [3584, 5632)) at a whole 256
+    // block past P / 2 = 3936 rounded down: 3840, so the larger shard, which
+    // the plan is for, is [3840, 7872): 4032 parameters, its longest piece the
+    // second fc weights' 2048. The device holds what the unsharded offload's does.
+    in.moments = MomentStorage::fp32;
+    in.master = MasterStorage::fp32;
+    in.zero_ranks = 2;
+    const snug::MemoryPlan sharded = snug::predict_memory(in);
+    const std::size_t S = 4032;
+    CHECK(sharded.host == 12 * S + 2 * S + 2 * 2048 * 4);
+    CHECK(sharded.total == offloaded.total);
+    CHECK(sharded[MemoryCategory::optimizer_state] == 0);
 }
 
 TEST_CASE("what the device reserves: arena chunks whole, each allocation at the device's granularity, the context") {

@@ -415,6 +415,31 @@ TEST_CASE("Gradient sums that overlap the backward start block by block, last bl
     overlap_matches_summing_after<snug::precision::Bf16>(ranks().size());
 }
 
+// ZeRO-1 with each rank's shard of the optimizer offloaded to the host: the
+// same updates, bit for bit, as the shards on the device, and no optimizer
+// state left in the device's ledger.
+TEST_CASE("ZeRO-1 offloaded: each rank's shard updated on the host, as on the device") {
+    snug::dist::Communicator<Host> comm(ranks());
+    for (const snug::MomentStorage moments : {snug::MomentStorage::fp32, snug::MomentStorage::int8}) {
+        INFO("moments " << snug::moment_storage_name(moments));
+        snug::TrainConfig tc;
+        tc.shards = ranks().size();
+        tc.shard = ranks().rank();
+        tc.adamw.moments = moments;
+        tc.adamw.master = moments == snug::MomentStorage::int8 ? snug::MasterStorage::none : snug::MasterStorage::fp32;
+        const Trace on_device = train<snug::precision::Bf16>(2, &comm, tc);
+        tc.adamw.offload = true;
+        tc.adamw.offload_chunk = 300;
+        const Trace offloaded = train<snug::precision::Bf16>(2, &comm, tc);
+        CHECK(offloaded.losses == on_device.losses);
+        CHECK(offloaded.norms == on_device.norms);
+        CHECK(offloaded.working == on_device.working);
+        CHECK(on_device.state > 0);
+        CHECK(offloaded.state == 0);
+        CHECK(on_device.peak - offloaded.peak == on_device.state);
+    }
+}
+
 TEST_CASE("ZeRO-1 refuses a communicator of another size or rank") {
     using Catch::Matchers::Contains;
     snug::dist::Communicator<Host> comm(ranks());

@@ -77,6 +77,11 @@ struct AdamWConfig {
 template <class Act, DeviceTag D>
 class AdamW {
 public:
+    // A shard's own working weights (see the constructor that takes it).
+    struct ShardWorking {
+        const Act* values;
+    };
+
     // Master weights start from `initial` (host fp32, as the model was loaded
     // from); moments start at zero. Every byte is recorded in the tracker.
     // With a shard (ZeRO-1): the state of parameters [shard.begin, shard.end)
@@ -99,6 +104,14 @@ public:
           AdamWConfig config, const Act* working, ParameterShard shard = {})
         : AdamW(dev, tracker, n, std::move(groups), config, shard) {
         if (has_master()) cast(dev, master_.data(), working + begin_, n_);
+    }
+
+    // The same from the shard's working weights alone (size() values, from
+    // parameter shard.begin): what an offloaded shard holds on the host.
+    AdamW(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
+          AdamWConfig config, ShardWorking working, ParameterShard shard)
+        : AdamW(dev, tracker, n, std::move(groups), config, shard) {
+        if (has_master()) cast(dev, master_.data(), working.values, n_);
     }
 
     // One update of `params` from `grads` (fp32), which are first multiplied

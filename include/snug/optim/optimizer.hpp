@@ -25,16 +25,13 @@ public:
     // Device bytes go to `tracker`, host bytes to host_memory(). The state
     // starts as AdamW's: master weights from `initial` (host fp32) when given,
     // else from the working weights `params` (n, device memory). With a shard
-    // (ZeRO-1), the state of those parameters only (on the device).
+    // (ZeRO-1), the state of those parameters only (on the device, or
+    // offloaded: then the host holds the shard's).
     Optimizer(const D& dev, MemoryTracker& tracker, std::int64_t n, std::vector<ParameterGroup> groups,
               const AdamWConfig& config, const Act* params, const std::vector<float>* initial,
               ParameterShard shard = {}) {
-        const bool whole = shard.begin == 0 && (shard.end < 0 || shard.end == n);
-        if (config.offload && !whole)
-            throw ConfigError("the optimizer's state is either sharded across ranks (ZeRO-1) or offloaded to the "
-                              "host, not both (yet): drop --zero or --offload");
         if (config.offload)
-            host_.emplace(dev, host_tracker_, n, std::move(groups), config, params, initial);
+            host_.emplace(dev, host_tracker_, n, std::move(groups), config, params, initial, shard);
         else if (initial != nullptr)
             device_.emplace(dev, tracker, n, std::move(groups), config, *initial, shard);
         else
