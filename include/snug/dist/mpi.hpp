@@ -129,7 +129,9 @@ public:
         check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r), what);
         wait(&r, 1, what);
     }
-    void wait_until(const std::function<bool()>& done, const char* what) override { poll_until(done, what); }
+    void wait_until(const std::function<bool()>& done, const char* what) override {
+        poll_until(done, what, Waiting::other_work);
+    }
     void abort(int exit_code) override {
         aborted_ = true;
         MPI_Abort(MPI_COMM_WORLD, exit_code);
@@ -211,6 +213,10 @@ private:
 
     static constexpr std::int64_t window = std::int64_t{1} << 30;
 
+    // What a rank waits for: one of these collectives (numbered), or work the
+    // ranks share outside them (wait_until: NCCL's), after the last one.
+    enum class Waiting : bool { collective, other_work };
+
     // Polls the requests until all are complete (see poll_until).
     void wait(MPI_Request* requests, int count, const char* what) {
         poll_until(
@@ -219,7 +225,7 @@ private:
                 check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
                 return done != 0;
             },
-            what);
+            what, Waiting::collective);
     }
 
     // Calls done() until it returns true, answering other ranks' pings
@@ -228,7 +234,7 @@ private:
     // (ranks usually arrive together), then sleeps between polls, at most
     // 500 µs, so a waiting rank leaves its core to the node's other ranks.
     template <class Done>
-    void poll_until(Done&& done, const char* what) {
+    void poll_until(Done&& done, const char* what, Waiting waiting) {
         using clock = std::chrono::steady_clock;
         const auto deadline = clock::now() + std::chrono::duration<double>(timeout());
         auto pause = std::chrono::microseconds(10);
@@ -236,7 +242,7 @@ private:
             if (done()) return;
             answer_pings();
             if (polls < 200) continue;
-            if (clock::now() > deadline) throw RankTimeout(timeout_message(what));
+            if (clock::now() > deadline) throw RankTimeout(timeout_message(what, waiting));
             std::this_thread::sleep_for(pause);
             pause = std::min(pause * 2, std::chrono::microseconds(500));
         }
@@ -293,9 +299,10 @@ private:
         return silent;
     }
 
-    std::string timeout_message(const char* what) {
+    std::string timeout_message(const char* what, Waiting waiting) {
         std::string s = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " waited " +
-                        std::to_string(static_cast<int>(timeout())) + " s in the " + what + " (collective " +
+                        std::to_string(static_cast<int>(timeout())) + " s in the " + what +
+                        (waiting == Waiting::collective ? " (collective " : " (after collective ") +
                         std::to_string(seq_) + "); ";
         const std::vector<int> silent = silent_ranks();
         if (silent.empty()) {
