@@ -304,7 +304,11 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         std::optional<dist::Communicator<Dev>> staged;
         if (communicator == nullptr) communicator = &staged.emplace(ranks);
         step.data_parallel(*communicator);
-        if (N > 1) report.data_parallel(N, ranks.description(), B, std::int64_t{N} * n * BT, step.sharded());
+        if (N > 1)
+            report.data_parallel(N,
+                                 ranks.description() +
+                                     (step.overlaps_backward() ? ", gradient sums overlapping the backward" : ""),
+                                 B, std::int64_t{N} * n * BT, step.sharded());
 
         const LrSchedule schedule{o.lr, o.warmup, o.steps, o.min_lr_frac};
         schedule.validate();
