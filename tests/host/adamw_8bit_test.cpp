@@ -29,6 +29,7 @@
 #include "snug/core/rng.hpp"
 #include "snug/host/adamw.hpp"
 #include "snug/ops/moment_quantization.hpp"
+#include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
 
 namespace {

@@ -12,6 +12,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/host/adamw.hpp"
+#include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
 
 namespace {

@@ -23,6 +23,7 @@
 #include "snug/core/rng.hpp"
 #include "snug/host/adamw.hpp"
 #include "snug/ops/adamw.hpp"
+#include "support/awkward_groups.hpp"
 #include "support/host_support.hpp"
 
 namespace {

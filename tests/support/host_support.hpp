@@ -1,7 +1,6 @@
 // Test support for the host tests in tests/host: values as double, exact
 // round trips from double, object bits, seeded random inputs (an optimizer's
-// gradient among them), the
-// round-to-nearest-even check for 16-bit results, a float64 reference of
+// gradient: awkward_groups.hpp), the round-to-nearest-even check for 16-bit results, a float64 reference of
 // stochastic rounding to bfloat16, the largest relative error
 // of a result, and central finite differences.
 #pragma once
@@ -68,17 +67,6 @@ struct AdamWHyper {
     int step = 3;
     float grad_scale = 0.5f;
 };
-
-// An optimizer test's gradient: n values with magnitudes spread over four
-// decades (10^-3 to 10) and both signs, drawn in float from mt19937(seed).
-inline std::vector<float> random_grad(std::size_t n, std::uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(-3.0f, 1.0f);
-    std::bernoulli_distribution sign;
-    std::vector<float> g(n);
-    for (float& x : g) x = (sign(gen) ? 1.0f : -1.0f) * std::pow(10.0f, mag(gen));
-    return g;
-}
 
 // x (double, finite, |x| in bfloat16's normal range or 0) rounded
 // stochastically to bfloat16 with the low 16 bits of `die`, computed from the

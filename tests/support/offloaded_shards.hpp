@@ -21,7 +21,6 @@
 #include "snug/ops/kernels.hpp"
 #include "snug/optim/optimizer.hpp"
 #include "support/awkward_groups.hpp"
-#include "support/host_support.hpp"
 
 namespace snug::test {
 
