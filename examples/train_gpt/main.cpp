@@ -209,16 +209,17 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     if (ranks.size() > 1 && device_name != "host" && snug::cuda::device_count() > 0) snug::dist::use_local_gpu(ranks);
 #endif
     const snug::DeviceInfo device = snug::choose_device(device_name);
-    if (ranks.size() > 1 && (plan || run_ladder))
-        throw snug::ConfigError(std::string(plan ? "--plan" : "--ladder") + " runs in one process; this job has " +
-                                std::to_string(ranks.size()) + " ranks: start it without mpirun");
+    if (ranks.size() > 1 && run_ladder)
+        throw snug::ConfigError("--ladder runs in one process; this job has " + std::to_string(ranks.size()) +
+                                " ranks: start it without mpirun");
+    o.ranks = ranks.size();
     // Rank 0 reports; the others compute the same numbers and say nothing.
+    // (--plan under mpirun plans one rank of the job: with --zero, its shard.)
     const std::unique_ptr<snug::Report> report =
         ranks.rank() == 0 ? make_report() : std::make_unique<snug::Report>();
     if (plan) return snug::run_plan_program(o, device, *report);
     if (run_ladder) return snug::run_ladder_program(o, ladder, device, *report);
 
-    o.ranks = ranks.size();
     const std::int64_t tokens_per_update = o.run.tokens_per_update() * o.ranks;
     const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1);
     const snug::TrainData& data = inputs.data;

@@ -5,7 +5,8 @@
 # parallel, and offloaded (--zero --offload) against on the device; then, on the host: 2-rank resumes (plain and ZeRO-1) equal to the
 # uninterrupted runs, ZeRO-1 files resumed without it and back, a resume with
 # another global batch refused naming both layouts, one with the same global
-# batch on another rank count continuing the run (ZeRO-1 resharding), and
+# batch on another rank count continuing the run (ZeRO-1 resharding), --plan
+# for one rank of a ZeRO-1 job, and
 # the faults: a rank that hangs
 # (the other names it after --rank-timeout) and a rank that dies (mpirun
 # names it), each leaving the last saved state loadable and resumable.
@@ -113,6 +114,24 @@ done
 python3 "$here/compare_runs.py" "$dir/one/metrics.jsonl" "$dir/one3/metrics.jsonl" --from 4 --rel 2e-3
 echo "ok: another global batch refused; the same one on another rank count continues (and reshards)"
 
+# 5. --plan under mpirun plans one rank of the job (rank 0 prints it): with
+#    --zero --offload, GPT-2 1558M's state sharded on each rank's host
+#    (10.19 GiB of host memory against 20.34 for one process); in one
+#    process --zero is refused, naming why.
+"$mpiexec" -np 2 "$exe" --device host --model 1558M --vocab 50257 --seq 1024 --batch 1 --accum 64 --precision bf16 \
+  --zero --offload --plan > "$dir/plan.log" 2>&1 || { cat "$dir/plan.log"; fail "--plan under mpirun"; }
+[ "$(grep -c '^model: .*offloaded to the host, sharded over 2 ranks (ZeRO-1)$' "$dir/plan.log")" = 1 ] ||
+  { cat "$dir/plan.log"; fail "the plan is not one rank's of 2 ZeRO-1 ranks, printed once"; }
+grep -q '^host memory *10.19 GiB' "$dir/plan.log" || { cat "$dir/plan.log"; fail "a rank's host memory"; }
+set +e
+"$exe" --device host --model 1558M --vocab 50257 --seq 1024 --batch 1 --accum 64 --precision bf16 --zero --plan \
+  > "$dir/plan1.log" 2>&1
+code=$?
+set -e
+[ $code = 2 ] && grep -q "this job has one; start it with mpirun -np N" "$dir/plan1.log" ||
+  { cat "$dir/plan1.log"; fail "--zero --plan in one process: exit $code"; }
+echo "ok: --plan for one rank of a ZeRO-1 job"
+
 # Starts a long 2-rank run saving every 5 updates, waits for its first save,
 # then sends rank 1 the signal $2 and waits for the job to end; its output
 # goes to $1.log.
@@ -150,13 +169,13 @@ fault() {
     > "$out.resumed" 2>&1 || { cat "$out.resumed"; fail "resume after the fault"; }
 }
 
-# 5. Rank 1 hangs: rank 0 names it after --rank-timeout 3 and the job ends.
+# 6. Rank 1 hangs: rank 0 names it after --rank-timeout 3 and the job ends.
 fault "$dir/hang" STOP
 grep -q "rank 0 of 2 waited 3 s in the .*; rank 1 does not answer: it died or hangs" "$dir/hang.log" ||
   { tail -c 2000 "$dir/hang.log"; fail "the hang's message"; }
 echo "ok: a hanging rank is named, the state is intact"
 
-# 6. Rank 1 dies: mpirun names it and ends the job.
+# 7. Rank 1 dies: mpirun names it and ends the job.
 fault "$dir/dead" KILL
 grep -q "rank 1 with PID" "$dir/dead.log" || { tail -c 2000 "$dir/dead.log"; fail "the death's message"; }
 echo "ok: a dead rank is named, the state is intact"

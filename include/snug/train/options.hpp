@@ -59,6 +59,15 @@ struct TrainOptions {
     // Reporting.
     double flops_budget = 0.0;  // model FLOPs at which "loss at equal FLOPs" is read (0: the run's total)
 
+    // The ranks the optimizer's state is sharded over: the job's under
+    // --zero, which a job of one rank refuses; else 1.
+    int zero_ranks() const {
+        if (zero && ranks < 2)
+            throw ConfigError("--zero shards the optimizer's state across data-parallel ranks, and this job has one; "
+                              "start it with mpirun -np N (N >= 2)");
+        return zero ? ranks : 1;
+    }
+
     // Where the training state goes: out/state.snug (none without out).
     std::string state_path() const {
         return out.empty() ? std::string() : (std::filesystem::path(out) / "state.snug").string();

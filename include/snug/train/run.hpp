@@ -282,10 +282,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         tc.max_grad_norm = o.clip;
         const bool master_copy = act_bytes < sizeof(float) && o.run.master == MasterStorage::fp32;
         // --zero: this rank keeps its shard of the optimizer's state (ZeRO-1).
-        if (o.zero && N < 2)
-            throw ConfigError("--zero shards the optimizer's state across data-parallel ranks, and this job has one; "
-                              "start it with mpirun -np N (N >= 2)");
-        tc.shards = o.zero ? N : 1;
+        tc.shards = o.zero_ranks();
         tc.shard = o.zero ? rank : 0;
         using Opt = AdamW<typename Model::value_type, Dev>;
         const std::vector<std::int64_t> cuts = Opt::shard_cuts(model.num_parameters(), model.parameter_groups(), tc.shards);

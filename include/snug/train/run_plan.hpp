@@ -23,7 +23,7 @@ namespace snug {
 // plan is chosen (the input auto_recompute takes).
 // Under --zero a rank's: its shard of the optimizer's state (the largest).
 inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
-    return plan_input_for(o.zero ? o.run.with_zero(o.ranks) : o.run, config, target,
+    return plan_input_for(o.run.with_zero(o.zero_ranks()), config, target,
                           o.sample > 0 ? config.max_seq_len : 0);
 }
 
@@ -79,7 +79,7 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     config.validate();
     answer.device = device;
     answer.budget = *o.budget_bytes;
-    answer.run = o.run;
+    answer.run = o.run.with_zero(o.zero_ranks());
     const MemoryPlanInput in = plan_input(o, config, plan_target(device));
     answer.asked = memory_outlook(in, answer.budget);
     answer.fastest = plan_for_budget(in, o.run.micro_batch * o.run.accumulation, answer.budget);
@@ -102,7 +102,7 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     }
     // And with more cards: how many data-parallel ranks, each keeping its
     // shard of the run's own optimizer state (ZeRO-1), fit it on cards of the budget.
-    if (!answer.fastest.fits && !o.run.offload && o.run.zero_ranks == 1) {
+    if (!answer.fastest.fits && !o.run.offload && answer.run.zero_ranks == 1) {
         for (int ranks = 2; ranks <= max_zero_ranks; ranks *= 2) {
             MemoryPlanInput zero_in = in;
             zero_in.zero_ranks = ranks;
