@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "snug/core/rng.hpp"
+#include "snug/dist/communicator.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/train/train_step.hpp"
 #include "support/host_run.hpp"
@@ -194,6 +195,41 @@ TEST_CASE("micro-batch count must match the accumulation policy") {
     CHECK_THROWS_WITH(step.step(run.ctx, std::span<const MicroBatch>(&mb, 1), 1, 8, 1e-3f),
                       Catch::Contains("1 micro-batches for an update of 3"));
     CHECK_THROWS_AS(snug::accumulate::Steps(0), snug::ConfigError);
+}
+
+namespace {
+
+// A GPT whose blocks claim the parameters `claim` says: what TrainStep checks
+// before it sums gradients block by block.
+struct MisplacedBlocks : snug::GPT<float, Host> {
+    using GPT::GPT;
+    std::vector<snug::ParameterRange> (*claim)(int l, std::int64_t P) = nullptr;
+    std::vector<snug::ParameterRange> block_parameters(int l) const { return claim(l, num_parameters()); }
+};
+
+}  // namespace
+
+TEST_CASE("data parallel refuses blocks whose parameters overlap or lie outside the model, naming them") {
+    static_assert(snug::BlockwiseBackward<MisplacedBlocks>);
+    const GPTConfig c = d2();
+    snug::test::HostRun run;
+    MisplacedBlocks model(c, run.tracker);
+    using Step =
+        snug::TrainStep<MisplacedBlocks, snug::precision::Fp32, snug::accumulate::None, snug::checkpoint::None>;
+    Step step(model, run.tracker, run.ctx.device, snug::gpt_initial_weights(c, 4));
+    snug::dist::Communicator<Host> comm(snug::dist::single_process());
+    // Blocks 0 and 1 both starting at parameter 100.
+    model.claim = [](int, std::int64_t) { return std::vector<snug::ParameterRange>{{100, 10}}; };
+    CHECK_THROWS_WITH(step.data_parallel(comm), Catch::Contains("blocks 0 and 1 both claim parameter 100"));
+    // Block 1 running past the end.
+    model.claim = [](int l, std::int64_t P) {
+        return std::vector<snug::ParameterRange>{{l == 1 ? P - 5 : 0, 10}};
+    };
+    CHECK_THROWS_WITH(step.data_parallel(comm), Catch::Contains("block 1's parameters [") &&
+                                                    Catch::Contains(") lie outside the model's "));
+    // Disjoint blocks are taken.
+    model.claim = [](int l, std::int64_t) { return std::vector<snug::ParameterRange>{{10 * l, 10}}; };
+    CHECK_NOTHROW(step.data_parallel(comm));
 }
 
 namespace {

@@ -290,8 +290,9 @@ private:
                     all.push_back({r, l});
                 }
             }
-            std::sort(all.begin(), all.end(),
-                      [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
+            // Stable: blocks that claim the same parameter are named in order.
+            std::stable_sort(all.begin(), all.end(),
+                             [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
             std::int64_t at = 0;
             for (std::size_t i = 0; i < all.size(); ++i) {
                 const ParameterRange r = all[i].first;
