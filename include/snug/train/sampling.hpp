@@ -47,16 +47,52 @@ inline int sample_token(const std::vector<float>& logits, float temperature, int
     return order[static_cast<std::size_t>(k - 1)];
 }
 
-// Printable text: bytes as characters (\xNN for the unprintable); token ids
-// through the llm.c tokenizer when there is one, else as numbers.
+// The length of the well-formed UTF-8 sequence of a printable character at
+// the start of `s` (not empty; Unicode's table 3-7: no overlong forms, no
+// surrogates, nothing past U+10FFFF), or 0: a byte that starts no such
+// sequence, an ASCII control character other than '\n', DEL, or a C1 control
+// (U+0080 .. U+009F, which some terminals obey).
+inline std::size_t printable_char_length(std::string_view s) {
+    const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+    const unsigned char c = at(0);
+    if (c < 0x80) return c == '\n' || (c >= 0x20 && c < 0x7f) ? 1 : 0;
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        if (c == 0xc2) lo = 0xa0;  // C1 controls
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (s.size() < n || at(1) < lo || at(1) > hi) return 0;
+    for (std::size_t i = 2; i < n; ++i) {
+        if (at(i) < 0x80 || at(i) > 0xbf) return 0;
+    }
+    return n;
+}
+
+// Text safe to print: printable ASCII, '\n' and well-formed UTF-8 pass
+// through; every other byte (control characters, bytes of a broken or
+// truncated sequence, as an untrained byte-level model samples) becomes
+// \xNN, so a sample never writes raw control or invalid bytes to a terminal.
 inline std::string printable(std::string_view bytes) {
     std::string out;
-    for (const char ch : bytes) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '\n' || c >= 128 || (c >= 32 && c < 127)) {  // UTF-8 passes through
-            out += ch;
+    for (std::size_t i = 0; i < bytes.size();) {
+        const std::size_t n = printable_char_length(bytes.substr(i));
+        if (n > 0) {
+            out += bytes.substr(i, n);
+            i += n;
         } else {
             constexpr std::string_view hex = "0123456789abcdef";
+            const auto c = static_cast<unsigned char>(bytes[i++]);
             out += "\\x";
             out += hex[c >> 4];
             out += hex[c & 15];
@@ -65,6 +101,8 @@ inline std::string printable(std::string_view bytes) {
     return out;
 }
 
+// Token ids as text: bytes through printable(); ids through the llm.c
+// tokenizer when there is one (then printable()), else as numbers.
 inline std::string render_tokens(const std::vector<std::int32_t>& tokens, bool bytes,
                                  const data::Tokenizer* tokenizer) {
     if (bytes) {
@@ -125,8 +163,10 @@ Sample generate_sample(Model& model, Session<Dev>& s, const TrainOptions& o, con
     }
     const auto out = generate(model, s, prompt, o.sample, o, data.vocab);
     const std::string shown_prompt = render_tokens(prompt, data.bytes, tokenizer);
-    const bool spaced = !data.bytes && tokenizer == nullptr;
-    const std::string text = shown_prompt + (spaced ? " " : "") + render_tokens(out, data.bytes, tokenizer);
+    // Prompt and continuation decoded as one, so a character split between them prints whole.
+    std::vector<std::int32_t> all = prompt;
+    all.insert(all.end(), out.begin(), out.end());
+    const std::string text = render_tokens(all, data.bytes, tokenizer);
     return {o.temperature, o.top_k, shown_prompt, text};
 }
 
