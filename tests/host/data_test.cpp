@@ -300,4 +300,6 @@ TEST_CASE("split_train_val keeps the head for training and the tail for validati
     CHECK_THROWS_WITH(snug::data::split_train_val(stream, 1.5), Contains("1.5"));
     const std::vector<std::int32_t> tiny = {1, 2, 3};
     CHECK_THROWS_WITH(snug::data::split_train_val(tiny, 0.01), Contains("empty"));
+    CHECK_THROWS_WITH(snug::data::split_train_val(tiny, 0.1, "text file notes.txt"),
+                      Contains("text file notes.txt: cannot split its 3 tokens"));
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,14 +76,16 @@ struct TrainValSplit {
 
 // The first (1 - val_fraction) of the stream for training, the rest for
 // validation (rounded to the nearest token). val_fraction must lie in (0, 1);
-// both parts must be non-empty.
-inline TrainValSplit split_train_val(std::span<const std::int32_t> tokens, double val_fraction) {
+// both parts must be non-empty. `source` names the tokens in the error.
+inline TrainValSplit split_train_val(std::span<const std::int32_t> tokens, double val_fraction,
+                                     std::string_view source = "the data") {
     if (!(val_fraction > 0.0 && val_fraction < 1.0))
         throw ConfigError("validation fraction " + std::to_string(val_fraction) + " is outside (0, 1)");
     const auto n = static_cast<std::int64_t>(tokens.size());
     const auto n_val = static_cast<std::int64_t>(static_cast<double>(n) * val_fraction + 0.5);
     if (n_val < 1 || n_val >= n)
-        throw Error("cannot split " + std::to_string(n) + " tokens with validation fraction " +
+        throw Error(std::string(source) + ": cannot split its " + std::to_string(n) +
+                    " tokens into training and validation data with validation fraction " +
                     std::to_string(val_fraction) + ": one part would be empty");
     TrainValSplit out;
     out.train.assign(tokens.begin(), tokens.end() - n_val);

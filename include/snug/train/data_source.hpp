@@ -78,7 +78,7 @@ inline TrainData load_data(const TrainOptions& o, std::int64_t train_tokens_need
     } else if (o.data.rfind("text:", 0) == 0) {
         const std::string path = o.data.substr(5);
         const auto tokens = data::read_text_file(path);
-        auto split = data::split_train_val(tokens, 0.1);
+        auto split = data::split_train_val(tokens, 0.1, "text file " + path);
         d.train = std::move(split.train);
         d.val = std::move(split.val);
         d.vocab = data::byte_vocab_size;
@@ -96,7 +96,7 @@ inline TrainData load_data(const TrainOptions& o, std::int64_t train_tokens_need
                             " tokens), validation " + o.val.substr(7) + " (" + std::to_string(d.val.size()) +
                             " tokens)";
         } else {
-            auto split = data::split_train_val(d.train, 0.1);
+            auto split = data::split_train_val(d.train, 0.1, "llm.c token files " + pattern);
             d.train = std::move(split.train);
             d.val = std::move(split.val);
             d.description = "llm.c token files " + pattern + " (the last 10% for validation)";
