@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "../command_line.hpp"  // the shape options and number checks (shared with train_gpt)
 #include "snug/train/exit_codes.hpp"
 #include "snug/train/ladder.hpp"
 #include "snug/train/options.hpp"
@@ -30,16 +31,6 @@
 std::unique_ptr<snug::Report> make_report();
 
 namespace {
-
-// The model's shape options (as train_gpt takes them).
-void add_model_options(CLI::App& app, snug::TrainOptions& o) {
-    auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
-    app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(CLI::PositiveNumber);
-    app.add_option("--vocab", o.vocab, "the model's vocabulary (0: the data's; e.g. 50257 for GPT-2's shape on any data)")
-        ->check(CLI::NonNegativeNumber);
-}
 
 int run(int argc, char** argv) {
     snug::TrainOptions o;
@@ -64,14 +55,14 @@ int run(int argc, char** argv) {
     CLI::App app{"vram_ladder: walk the order of operations for one model under one memory budget and measure "
                  "each rung."};
     app.option_defaults()->always_capture_default();
-    add_model_options(app, o);
-    app.add_option("--batch", o.run.micro_batch, "the wanted batch: sequences per update")->check(CLI::PositiveNumber);
+    snug_examples::add_model_options(app, o);
+    app.add_option("--batch", o.run.micro_batch, "the wanted batch: sequences per update")->check(snug_examples::positive);
     app.add_option("--seq", o.run.seq, "sequence length T (rung 5 halves it)")->check(CLI::Range(2, 1 << 20));
-    app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(CLI::PositiveNumber);
-    app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::PositiveNumber);
-    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(CLI::NonNegativeNumber);
+    app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(snug_examples::positive);
+    app.add_option("--lr", o.lr, "peak learning rate")->check(snug_examples::positive);
+    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(snug_examples::non_negative);
     app.add_option("--eval-batches", o.eval_batches, "validation micro-batches at the end of each rung")
-        ->check(CLI::PositiveNumber);
+        ->check(snug_examples::positive);
     app.add_option("--seed", o.seed, "weights seed (the same for every rung)");
     app.add_option("--vram-budget", vram_budget, "the memory budget the ladder fits (e.g. 12GiB, 48MiB)");
     app.add_option("--device", device_name, "cuda, host, or auto")->check(CLI::IsMember({"cuda", "host", "auto"}));
