@@ -36,7 +36,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -228,7 +227,6 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
             device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, *report, decoder); });
     report->training_setup(o);
     snug::report_memory_outlook(o, config, device, *report);
-    if (!o.out.empty()) std::filesystem::create_directories(o.out);
 
     snug::install_stop_handler();
     const snug::RunResult r = snug::visit_device(device, [&]<class Dev>() {

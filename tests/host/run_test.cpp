@@ -2,7 +2,8 @@
 // model on the built-in corpus return what they measured and report each
 // event in order; a budget too small for the model returns exit code 3 with
 // the tracker's breakdown instead of throwing; a stop asked for after update
-// K saves a state that resumes.
+// K saves a state that resumes; the directories a run writes into are made
+// (or refused, by name) before it trains.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -172,4 +173,40 @@ TEST_CASE("run: a stop after update K saves the state, and a resumed run continu
     CHECK(relaid.records.front().train_loss == Approx(whole.records.back().train_loss).epsilon(1e-5));
     CHECK(relaid.records.front().grad_norm == Approx(whole.records.back().grad_norm).epsilon(1e-5));
     CHECK(relaid.records.front().train_loss != Approx(whole.records.front().train_loss).epsilon(1e-3));
+}
+
+TEST_CASE("run: the directories it writes into are made before training; what is in the way is named first") {
+    const snug::test::TempDir dir;
+    snug::TrainOptions o = tiny_options();
+    o.steps = 1;
+    o.eval_every = 1;
+    o.out = (dir.path / "a" / "out").string();
+    o.save_model = (dir.path / "b" / "c" / "model.bin").string();
+    o.export_hf = (dir.path / "d" / "hf").string();
+    const snug::RunResult r = train_fp32(o);
+    CHECK(r.exit_code == 0);
+    CHECK(std::filesystem::is_regular_file(dir.path / "a" / "out" / "state.snug"));
+    CHECK(std::filesystem::is_regular_file(dir.path / "b" / "c" / "model.bin"));
+    CHECK(std::filesystem::is_regular_file(dir.path / "d" / "hf" / "model.safetensors"));
+
+    // A file where a directory should be, or --save-model naming a directory:
+    // refused before the first update (no step reported), naming the option.
+    std::ofstream(dir.path / "file") << "x";
+    const auto refused = [&](snug::TrainOptions bad, const std::string& message) {
+        RecordingReport report;
+        CHECK_THROWS_WITH(train_fp32(bad, report), Catch::Matchers::Contains(message));
+        CHECK(report.events.empty());
+    };
+    snug::TrainOptions bad = tiny_options();
+    bad.export_hf = (dir.path / "file").string();
+    refused(bad, "--export-hf " + bad.export_hf + ": cannot create the directory");
+    bad = tiny_options();
+    bad.out = (dir.path / "file" / "out").string();
+    refused(bad, "--out " + bad.out + ": cannot create the directory");
+    bad = tiny_options();
+    bad.save_model = (dir.path / "file" / "model.bin").string();
+    refused(bad, "--save-model's directory " + (dir.path / "file").string());
+    bad = tiny_options();
+    bad.save_model = (dir.path / "a").string();
+    refused(bad, "--save-model " + bad.save_model + ": is a directory");
 }

@@ -3,7 +3,8 @@
 // runs) and tells a Report (report.hpp) each event as it happens.
 //
 // train<Dev, Precision>(options, data, model source, device, report, tokenizer, ranks, communicator):
-//   the session (the budget), the model, the token buffers, TrainStep;
+//   the output directories made first (prepare_output_directories), the
+//   session (the budget), the model, the token buffers, TrainStep;
 //   data parallel over `ranks` (dist/ranks.hpp): each rank trains on its rows of
 //   every global batch, TrainStep sums gradients and loss over the ranks, rank 0
 //   alone reports and writes files (the others' weights are checked equal at
@@ -31,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -175,6 +177,32 @@ inline io::LlmcVersion llmc_version(const std::string& dtype) {
     throw ConfigError("model dtype '" + dtype + "': an llm.c model file holds fp32 or bf16 parameters");
 }
 
+// Makes the directories a run writes into (--out, --export-hf, and the one
+// --save-model's file goes in) before anything trains, so a run cannot end
+// unable to keep what it was asked to keep. Throws snug::Error naming the
+// option and the path: a directory that cannot be made, or --save-model
+// naming a directory.
+inline void prepare_output_directories(const TrainOptions& o) {
+    namespace fs = std::filesystem;
+    const auto make = [](const std::string& option, const fs::path& dir) {
+        if (dir.empty()) return;
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec || !fs::is_directory(dir))
+            throw Error(option + " " + dir.string() + ": cannot create the directory: " +
+                        (ec ? ec.message() : std::string("a file of that name is in the way")));
+    };
+    make("--out", o.out);
+    make("--export-hf", o.export_hf);
+    if (!o.save_model.empty()) {
+        const fs::path file(o.save_model);
+        if (fs::is_directory(file))
+            throw Error("--save-model " + o.save_model + ": is a directory; give the model file's name (e.g. " +
+                        (file / "model.bin").string() + ")");
+        make("--save-model's directory", file.parent_path());
+    }
+}
+
 // The model files asked for at the end: --save-model (llm.c) and --export-hf.
 inline void write_model_files(const TrainOptions& o, const GPTConfig& config, const std::vector<float>& weights,
                               Report& report) {
@@ -246,6 +274,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         throw ConfigError("the options were made for " + std::to_string(o.ranks) + " data-parallel ranks, but the job has " +
                           std::to_string(N) + " (set TrainOptions::ranks from dist::Ranks::size())");
     const bool writer = rank == 0;  // rank 0 writes the files (every rank computes the same)
+    if (writer) prepare_output_directories(o);
     RunResult result;
     Session<Dev> s(o.budget_bytes);
     try {
