@@ -140,6 +140,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
     const std::optional<std::size_t> budget = base.budget_bytes;
     const auto fits_budget = [&](std::size_t bytes) { return !budget || bytes <= *budget; };
 
+    // Its files' directory first: rungs take minutes each on a GPU.
+    make_output_directory("the ladder's output directory", lo.out);
     // auto: bf16, which both backends compute (the host in software).
     const PrecisionKind mixed = lo.mixed.value_or(PrecisionKind::bf16);
     const RunInputs inputs = load_inputs(base, std::int64_t{wanted} * T * base.steps + 1);
@@ -293,7 +295,6 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
     report.ladder_table({config, T, wanted, base.steps, budget, device.description, common, rule}, rungs);
 
     if (!lo.out.empty()) {
-        std::filesystem::create_directories(lo.out);
         nlohmann::json j;
         j["device"] = device.description;
         j["model"] = {{"layers", config.n_layer}, {"heads", config.n_head}, {"channels", config.channels},

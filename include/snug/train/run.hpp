@@ -177,29 +177,31 @@ inline io::LlmcVersion llmc_version(const std::string& dtype) {
     throw ConfigError("model dtype '" + dtype + "': an llm.c model file holds fp32 or bf16 parameters");
 }
 
+// Makes directory `dir` (and its parents) unless it is empty; throws
+// snug::Error naming `option` and the path when it cannot.
+inline void make_output_directory(const std::string& option, const std::filesystem::path& dir) {
+    if (dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir))
+        throw Error(option + " " + dir.string() + ": cannot create the directory: " +
+                    (ec ? ec.message() : std::string("a file of that name is in the way")));
+}
+
 // Makes the directories a run writes into (--out, --export-hf, and the one
 // --save-model's file goes in) before anything trains, so a run cannot end
 // unable to keep what it was asked to keep. Throws snug::Error naming the
 // option and the path: a directory that cannot be made, or --save-model
 // naming a directory.
 inline void prepare_output_directories(const TrainOptions& o) {
-    namespace fs = std::filesystem;
-    const auto make = [](const std::string& option, const fs::path& dir) {
-        if (dir.empty()) return;
-        std::error_code ec;
-        fs::create_directories(dir, ec);
-        if (ec || !fs::is_directory(dir))
-            throw Error(option + " " + dir.string() + ": cannot create the directory: " +
-                        (ec ? ec.message() : std::string("a file of that name is in the way")));
-    };
-    make("--out", o.out);
-    make("--export-hf", o.export_hf);
+    make_output_directory("--out", o.out);
+    make_output_directory("--export-hf", o.export_hf);
     if (!o.save_model.empty()) {
-        const fs::path file(o.save_model);
-        if (fs::is_directory(file))
+        const std::filesystem::path file(o.save_model);
+        if (std::filesystem::is_directory(file))
             throw Error("--save-model " + o.save_model + ": is a directory; give the model file's name (e.g. " +
                         (file / "model.bin").string() + ")");
-        make("--save-model's directory", file.parent_path());
+        make_output_directory("--save-model's directory", file.parent_path());
     }
 }
 
