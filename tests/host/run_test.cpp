@@ -175,7 +175,7 @@ TEST_CASE("run: a stop after update K saves the state, and a resumed run continu
     CHECK(relaid.records.front().train_loss != Approx(whole.records.front().train_loss).epsilon(1e-3));
 }
 
-TEST_CASE("run: the directories it writes into are made before training; what is in the way is named first") {
+TEST_CASE("run: the directories it writes into are made before training, and what is in the way is named first") {
     const snug::test::TempDir dir;
     snug::TrainOptions o = tiny_options();
     o.steps = 1;

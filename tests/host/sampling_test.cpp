@@ -101,7 +101,7 @@ TEST_CASE("a byte sample decodes prompt and continuation as one text") {
     CHECK(snug::render_tokens({1, 22, 333}, false, nullptr) == "1 22 333");
 }
 
-TEST_CASE("sample_token: greedy and top-1 take the largest logit; top-k never leaves the k largest") {
+TEST_CASE("sample_token: greedy and top-1 take the largest logit, and top-k never leaves the k largest") {
     const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.9f, 0.0f};
     snug::Generator rng(7);
     CHECK(snug::sample_token(logits, 0.0f, 0, rng) == 1);
