@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <unistd.h>
@@ -44,6 +45,19 @@ private:
     std::FILE* f_;
     bool failed_ = false;
 };
+
+// Makes directory `dir` and its parents (nothing for one that exists, or for
+// the empty path: the current directory). FileError "<name> <dir>: cannot
+// create the directory: <reason>" otherwise, also when a file is in the way;
+// `name` says whose directory it is (an option, "Hugging Face export").
+inline void make_directories(const std::filesystem::path& dir, const std::string& name) {
+    if (dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir))
+        throw FileError(name + " " + dir.string() + ": cannot create the directory: " +
+                        (ec ? ec.message() : std::string("a file of that name is in the way")));
+}
 
 // Writes `path` through `fill(writer)`: into "<path>.tmp-<pid>", flushed and
 // synced, then renamed over `path`. On any failure (including an exception from

@@ -145,9 +145,7 @@ inline void export_hf_gpt2(const std::filesystem::path& dir, const GPTConfig& co
         }
         tensors.emplace(t.name, std::move(s));
     }
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw FileError(dir.string() + ": cannot create the export directory: " + ec.message());
+    make_directories(dir, "Hugging Face export");
     write_safetensors(dir / hf_weights_file, tensors,
                       {{"format", "pt"}, {"padded_vocab_size", std::to_string(config.padded_vocab_size)}});
     const std::string json = hf_gpt2_config(config, dtype).dump(2) + "\n";

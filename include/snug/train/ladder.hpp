@@ -141,7 +141,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
     const auto fits_budget = [&](std::size_t bytes) { return !budget || bytes <= *budget; };
 
     // Its files' directory first: rungs take minutes each on a GPU.
-    make_output_directory("the ladder's output directory", lo.out);
+    io::make_directories(lo.out, "the ladder's output directory");
     // auto: bf16, which both backends compute (the host in software).
     const PrecisionKind mixed = lo.mixed.value_or(PrecisionKind::bf16);
     const RunInputs inputs = load_inputs(base, std::int64_t{wanted} * T * base.steps + 1);

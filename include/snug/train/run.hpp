@@ -32,7 +32,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -177,31 +176,20 @@ inline io::LlmcVersion llmc_version(const std::string& dtype) {
     throw ConfigError("model dtype '" + dtype + "': an llm.c model file holds fp32 or bf16 parameters");
 }
 
-// Makes directory `dir` (and its parents) unless it is empty; throws
-// snug::Error naming `option` and the path when it cannot.
-inline void make_output_directory(const std::string& option, const std::filesystem::path& dir) {
-    if (dir.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec || !std::filesystem::is_directory(dir))
-        throw Error(option + " " + dir.string() + ": cannot create the directory: " +
-                    (ec ? ec.message() : std::string("a file of that name is in the way")));
-}
-
 // Makes the directories a run writes into (--out, --export-hf, and the one
 // --save-model's file goes in) before anything trains, so a run cannot end
 // unable to keep what it was asked to keep. Throws snug::Error naming the
 // option and the path: a directory that cannot be made, or --save-model
 // naming a directory.
 inline void prepare_output_directories(const TrainOptions& o) {
-    make_output_directory("--out", o.out);
-    make_output_directory("--export-hf", o.export_hf);
+    io::make_directories(o.out, "--out");
+    io::make_directories(o.export_hf, "--export-hf");
     if (!o.save_model.empty()) {
         const std::filesystem::path file(o.save_model);
         if (std::filesystem::is_directory(file))
             throw Error("--save-model " + o.save_model + ": is a directory; give the model file's name (e.g. " +
                         (file / "model.bin").string() + ")");
-        make_output_directory("--save-model's directory", file.parent_path());
+        io::make_directories(file.parent_path(), "--save-model's directory");
     }
 }
 
