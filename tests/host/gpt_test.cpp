@@ -120,7 +120,10 @@ TEST_CASE("forward and backward enforce their protocol with clear errors") {
     const auto tokens = random_tokens(2 * 12, c.vocab_size, 5);
     CHECK_THROWS_AS(model.backward(run.ctx, tokens.data()), snug::Error);
     CHECK_THROWS_WITH(model.forward(run.ctx, tokens.data(), tokens.data(), 1, 13, 1.0f),
-                      Catch::Contains("T = 13") && Catch::Contains("max_seq_len = 12"));
+                      Catch::Contains("T = 13 tokens are longer than the model's context, max_seq_len = 12") &&
+                          Catch::Contains("larger max_seq_len") && !Catch::Contains("positive"));
+    CHECK_THROWS_WITH(model.forward(run.ctx, tokens.data(), tokens.data(), 0, 12, 1.0f),
+                      Catch::Contains("B = 0 and T = 12 must both be positive"));
     CHECK_THROWS_AS(model.forward(run.ctx, tokens.data(), nullptr, 2, 12, 1.0f), snug::Error);
     model.forward(run.ctx, tokens.data(), tokens.data(), 2, 12, 1.0f);
     CHECK_THROWS_AS(model.forward(run.ctx, tokens.data(), tokens.data(), 2, 12, 1.0f), snug::Error);

@@ -31,9 +31,15 @@ public:
     void begin(Context<D>& ctx, int B, int T, int max_seq_len) {
         if (pending_ != Pending::none)
             throw Error(who("forward") + "the previous pass was not finished (call backward() or release())");
-        if (B <= 0 || T <= 0 || T > max_seq_len)
+        if (B <= 0 || T <= 0)
             throw ShapeError(who("forward") + "B = " + std::to_string(B) + " and T = " + std::to_string(T) +
-                             " must be positive, T at most max_seq_len = " + std::to_string(max_seq_len));
+                             " must both be positive");
+        if (T > max_seq_len)
+            throw ShapeError(who("forward") + "sequences of T = " + std::to_string(T) +
+                             " tokens are longer than the model's context, max_seq_len = " +
+                             std::to_string(max_seq_len) + ": pass at most " + std::to_string(max_seq_len) +
+                             " tokens, or build the model with a larger max_seq_len in its config (train_gpt: "
+                             "--seq sets a fresh model's context)");
         B_ = B;
         T_ = T;
         mark_ = ctx.activations.mark();
