@@ -14,6 +14,7 @@
 #include "snug/nn/checkpointed.hpp"
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/layer_stack.hpp"
 #include "support/host_run.hpp"
 
 using snug::GPTConfig;
@@ -173,8 +174,10 @@ public:
             dx.data()[i] = dy.data()[i] * mask_[i] * w_[i % C_];
             dw_[i % C_] += dy.data()[i] * mask_[i] * x.data()[i];
         }
-        ctx.activations.pop(mask_);
+        if (!forget_pop_) ctx.activations.pop(mask_);
     }
+    // A broken backward, for the test of what the stack says about it.
+    void forget_pop() { forget_pop_ = true; }
 
 private:
     const float* w_;
@@ -182,6 +185,7 @@ private:
     int C_;
     float p_;
     float* mask_ = nullptr;
+    bool forget_pop_ = false;
 };
 static_assert(snug::Layer<DropScale>);
 
@@ -219,4 +223,29 @@ TEST_CASE("Checkpointed<L> replays a user layer's dropout: same gradients") {
     CHECK(dx1 == dx2);
     CHECK(dw1 == dw2);
     CHECK(std::count(y1.begin(), y1.end(), 0.0f) > 0);  // the mask really dropped something
+}
+
+TEST_CASE("a layer whose backward leaves its activations live is named, in every recompute mode") {
+    const int C = 8, N = 3;
+    std::vector<float> w(C, 1.5f), dw(C, 0.0f), x(N * C), dy(N * C), a(N * C), b(N * C);
+    snug::Generator g(5);
+    for (auto& v : x) v = g.uniform() - 0.5f;
+    for (auto& v : dy) v = g.uniform() - 0.5f;
+    for (Recompute mode : {Recompute::none, Recompute::full}) {
+        CAPTURE(static_cast<int>(mode));
+        snug::test::HostRun r;
+        std::vector<DropScale> layers(3, DropScale(w.data(), dw.data(), C, 0.25f));
+        layers[1].forget_pop();
+        snug::LayerStack<DropScale> stack(std::move(layers), "layers.");
+        const std::vector<Recompute> modes(3, mode);
+        stack.set_modes(modes);
+        std::copy(dy.begin(), dy.end(), a.begin());
+        stack.forward(r.ctx, snug::TensorView<const float>(x.data(), {N, C}));
+        // Layer 2 is fine; layer 1's backward keeps its mask: the stack names
+        // layer 1 and what it left, not the push that happens to be popped next.
+        CHECK_THROWS_WITH(stack.backward(r.ctx, a.data(), b.data()),
+                          Catch::Equals("layers.1: its backward left 1 activation of its forward live: \"dropout "
+                                        "mask\" (96 B); a layer's backward must pop everything its forward pushed, "
+                                        "in reverse order"));
+    }
 }

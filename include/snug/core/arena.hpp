@@ -163,6 +163,26 @@ public:
         while (entries_.size() > m.depth) pop_top();
     }
 
+    // After a layer's backward: throws snug::Error naming `owner` (the layer)
+    // when the arena is not back at `m`, the mark taken just before that
+    // layer's forward — because the backward left pushes of its forward live
+    // (each is named, with its label and bytes), or popped pushes that were
+    // not its own. Changes nothing.
+    void expect_released_to(Mark m, std::string_view owner) const {
+        const bool below = m.depth > entries_.size() || (m.depth > 0 && entries_[m.depth - 1].serial != m.serial);
+        if (below)
+            throw Error(std::string(owner) + ": its backward popped activations that its forward did not push "
+                        "(the arena is below where it stood before that forward)");
+        if (entries_.size() == m.depth) return;
+        std::string live;
+        for (std::size_t i = m.depth; i < entries_.size(); ++i)
+            live += (i == m.depth ? "\"" : ", \"") + entries_[i].what + "\" (" + format_bytes(entries_[i].bytes) + ")";
+        const std::size_t n = entries_.size() - m.depth;
+        throw Error(std::string(owner) + ": its backward left " + std::to_string(n) +
+                    (n == 1 ? " activation" : " activations") + " of its forward live: " + live +
+                    "; a layer's backward must pop everything its forward pushed, in reverse order");
+    }
+
     // Pops everything.
     void clear() noexcept {
         while (!entries_.empty()) pop_top();

@@ -220,7 +220,7 @@ private:
         std::vector<Block> blocks;
         blocks.reserve(static_cast<std::size_t>(c.n_layer));
         for (int l = 0; l < c.n_layer; ++l) blocks.emplace_back(r, "layers." + std::to_string(l) + ".", c.block);
-        return LayerStack<Block>(std::move(blocks));
+        return LayerStack<Block>(std::move(blocks), "layers.");  // named as their tensors are
     }
 
     const Act* param(std::int64_t offset) const { return params_.data() + offset; }

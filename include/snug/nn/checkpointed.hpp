@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "snug/core/tensor.hpp"
 #include "snug/nn/context.hpp"
@@ -32,20 +33,24 @@ void checkpointed_forward(L& layer, CheckpointState& state, Context<typename L::
 
 // Backward of a checkpointed layer: replays its forward from `in` with the
 // random stream where it was (the recomputed output goes to a temporary
-// activation), then runs its backward, which frees what the replay saved.
+// activation), then runs its backward, which frees what the replay saved
+// (a backward that does not is refused, naming `owner`).
 template <Layer L>
 void checkpointed_backward(L& layer, const CheckpointState& state, Context<typename L::device_type>& ctx,
                            TensorView<const typename L::value_type, typename L::device_type> in,
                            TensorView<const typename L::value_type, typename L::device_type> dout,
-                           TensorView<typename L::value_type, typename L::device_type> din) {
+                           TensorView<typename L::value_type, typename L::device_type> din,
+                           std::string_view owner = "a checkpointed layer") {
     using T = typename L::value_type;
     const std::uint64_t resume_offset = ctx.rng_offset;
     ctx.rng_offset = state.rng_offset;
     const Shape out_shape = layer.output_shape(in.shape());
     T* recomputed = ctx.activations.template push<T>(static_cast<std::size_t>(out_shape.numel()),
                                                      "checkpoint recomputed output");
+    const auto mark = ctx.activations.mark();
     layer.forward(ctx, in, TensorView<T, typename L::device_type>(recomputed, out_shape));
     layer.backward(ctx, in, dout, din);
+    ctx.activations.expect_released_to(mark, owner);
     ctx.activations.pop(recomputed);
     ctx.rng_offset = resume_offset;
 }

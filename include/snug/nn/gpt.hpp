@@ -201,7 +201,7 @@ private:
         for (int l = 0; l < c.n_layer; ++l)
             blocks.emplace_back(c.channels, c.n_head, block_tensors<const Act>(w, l), block_tensors<float>(g, l),
                                 c.attention);
-        return LayerStack<TransformerBlock<Act, D>>(std::move(blocks));
+        return LayerStack<TransformerBlock<Act, D>>(std::move(blocks), "block ");
     }
 
     template <class P, class Q>

@@ -38,8 +38,17 @@ public:
     using T = value_type;
     using D = device_type;
 
-    explicit LayerStack(std::vector<L> layers)
-        : layers_(non_empty(std::move(layers))), modes_(layers_.size(), Recompute::none), states_(layers_.size()) {}
+    // Layer i is called `name_prefix` + i in errors ("layers.3": the prefix of
+    // its tensors' names, where it has them).
+    explicit LayerStack(std::vector<L> layers, std::string name_prefix = "layer ")
+        : layers_(non_empty(std::move(layers))),
+          modes_(layers_.size(), Recompute::none),
+          states_(layers_.size()),
+          marks_(layers_.size()),
+          name_prefix_(std::move(name_prefix)) {}
+
+    // How errors name layer i.
+    std::string name(std::size_t i) const { return name_prefix_ + std::to_string(i); }
 
     std::size_t size() const { return layers_.size(); }
     L& operator[](std::size_t i) { return layers_[i]; }
@@ -73,6 +82,7 @@ public:
         outputs_.clear();
         for (std::size_t i = 0; i < layers_.size(); ++i) {
             outputs_.push_back(ctx.activations.template push<T>(count, "layer output"));
+            marks_[i] = ctx.activations.mark();
             const TensorView<const T, D> in(inputs_.back(), shape_);
             const TensorView<T, D> out(outputs_.back(), shape_);
             if (modes_[i] == Recompute::full)
@@ -88,16 +98,19 @@ public:
     // last output; `other` is a second buffer of the same shape. Gradients
     // alternate between the two; the returned one holds the gradient of the
     // stack's input. Pops every output that forward pushed. `after`, if set,
-    // is called with each layer's index once its backward is done.
+    // is called with each layer's index once its backward is done. A layer
+    // whose backward leaves its forward's activations live (or pops others')
+    // is refused at once, by its name().
     T* backward(Context<D>& ctx, T* grad, T* other, const AfterBlock& after = {}) {
         for (std::size_t j = layers_.size(); j-- > 0;) {
             const TensorView<const T, D> in(inputs_[j], shape_);
             const TensorView<const T, D> dout(grad, shape_);
             const TensorView<T, D> din(other, shape_);
             if (modes_[j] == Recompute::full)
-                checkpointed_backward(layers_[j], states_[j], ctx, in, dout, din);
+                checkpointed_backward(layers_[j], states_[j], ctx, in, dout, din, name(j));
             else
                 layers_[j].backward(ctx, in, dout, din);
+            ctx.activations.expect_released_to(marks_[j], name(j));
             ctx.activations.pop(outputs_[j]);  // pushed just before layer j's own activations
             std::swap(grad, other);
             if (after) after(static_cast<int>(j));
@@ -116,6 +129,8 @@ private:
     std::vector<L> layers_;
     std::vector<Recompute> modes_;
     std::vector<CheckpointState> states_;
+    std::vector<typename ActivationArena<D>::Mark> marks_;  // marks_[i]: the arena just before layer i's forward
+    std::string name_prefix_;
     std::vector<const T*> inputs_;  // inputs_[i]: layer i's input (the stack's input, then outputs)
     std::vector<T*> outputs_;       // outputs_[i]: layer i's output, in the activation arena
     Shape shape_;
