@@ -783,6 +783,14 @@ TEST_CASE("a failed save leaves the previous file byte for byte") {
         CHECK(snug::io::read_file(path) == before);
         CHECK(only_the_file());
     }
+    SECTION("a save into a directory that does not exist names the path given, not a temporary file") {
+        const std::filesystem::path missing = path.parent_path() / "no such dir" / "s.snug";
+        CHECK_THROWS_WITH(s.save(missing), Catch::Equals(missing.string() + ": cannot write the file: its directory " +
+                                                         missing.parent_path().string() +
+                                                         " does not exist (make it first)"));
+        CHECK_FALSE(std::filesystem::exists(missing.parent_path()));
+        CHECK(only_the_file());
+    }
     // A save that completes replaces the file.
     s.save(path);
     CHECK(snug::io::read_file(path) != before);

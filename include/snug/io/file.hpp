@@ -65,7 +65,16 @@ inline void make_directories(const std::filesystem::path& dir, const std::string
 inline void atomic_write(const std::filesystem::path& path, const std::function<void(FileWriter&)>& fill) {
     const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) throw FileError(tmp.string() + ": cannot open for writing: " + std::strerror(errno));
+    if (f == nullptr) {
+        // Named by the path the caller gave (the temporary name is ours).
+        const std::string why = std::strerror(errno);
+        const std::filesystem::path dir = path.parent_path();
+        std::error_code ec;
+        if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+            throw FileError(path.string() + ": cannot write the file: its directory " + dir.string() +
+                            " does not exist (make it first)");
+        throw FileError(path.string() + ": cannot write the file: " + why);
+    }
     auto fail = [&](const std::string& why) {
         std::fclose(f);
         std::remove(tmp.c_str());
