@@ -197,6 +197,21 @@ TEST_CASE("micro-batch count must match the accumulation policy") {
     CHECK_THROWS_AS(snug::accumulate::Steps(0), snug::ConfigError);
 }
 
+TEST_CASE("TrainStep's accumulation argument may be left out: accumulate::Steps defaults to one micro-batch") {
+    // This file compiles with -Werror: the defaulted `Accumulation accumulation = {}`
+    // must not need an explicit constructor (it once warned and failed to build).
+    const GPTConfig c = d2();
+    snug::test::HostRun run;
+    snug::GPT<float, Host> model(c, run.tracker);
+    const auto w0 = snug::gpt_initial_weights(c, 4);
+    model.load_weights(run.ctx.device, w0);
+    snug::TrainStep<snug::GPT<float, Host>, snug::precision::Fp32, snug::accumulate::Steps, snug::checkpoint::None>
+        step(model, run.tracker, run.ctx.device, w0);
+    CHECK(step.steps() == 1);
+    step.set_steps(4);
+    CHECK(step.steps() == 4);
+}
+
 namespace {
 
 // A GPT whose blocks claim the parameters `claim` says: what TrainStep checks

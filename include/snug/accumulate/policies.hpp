@@ -28,7 +28,8 @@ struct None {
 class Steps {
 public:
     static constexpr const char* name = "steps";
-    explicit Steps(int n = 1) { set_steps(n); }
+    Steps() = default;  // one micro-batch per update until set_steps (so `= {}` default arguments compile)
+    explicit Steps(int n) { set_steps(n); }
     int steps() const { return n_; }
     void set_steps(int n) {
         if (n < 1) throw ConfigError("accumulate::Steps: " + std::to_string(n) + " micro-batches per update; need at least 1");
