@@ -211,7 +211,10 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     if (run_ladder) return snug::run_ladder_program(o, ladder, device, *report);
 
     const std::int64_t tokens_per_update = o.run.tokens_per_update() * o.ranks;
-    const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1);
+    // A run the machine's memory cannot hold is refused before its weights are made.
+    const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1, [&](const snug::GPTConfig& c) {
+        if (!eval_only) snug::check_host_memory(o, c, device);
+    });
     const snug::TrainData& data = inputs.data;
     const snug::ModelSource& source = inputs.source;
     const snug::GPTConfig& config = source.config;

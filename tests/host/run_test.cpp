@@ -210,3 +210,57 @@ TEST_CASE("run: the directories it writes into are made before training, and wha
     bad.save_model = (dir.path / "a").string();
     refused(bad, "--save-model " + bad.save_model + ": is a directory");
 }
+
+TEST_CASE("run: a run the host cannot hold is refused before its weights are made, naming both numbers") {
+    const snug::TrainOptions o = tiny_options();
+    const snug::DeviceInfo host = snug::choose_device("host");
+    // What the run really holds: the tracker's peak (on the host backend the
+    // device's memory is the host's) and the fp32 weights it starts from.
+    const snug::RunResult r = train_fp32(o);
+    REQUIRE(r.exit_code == 0);
+    const snug::RunInputs in = snug::load_inputs(o, o.run.tokens_per_update() * o.steps + 1);
+    const std::size_t weights = in.source.weights.size() * sizeof(float);
+    const std::size_t need = r.peak_total + weights;
+    auto room = [](std::size_t available) {
+        snug::HostMemoryRoom m;
+        m.available = available;
+        return m;
+    };
+    CHECK_NOTHROW(snug::check_host_memory(o, in.source.config, host, room(need)));
+    CHECK_THROWS_AS(snug::check_host_memory(o, in.source.config, host, room(need - 1)), snug::OutOfMemory);
+    CHECK_THROWS_WITH(snug::check_host_memory(o, in.source.config, host, room(need - 1)),
+                      Catch::StartsWith("out of host memory: this run needs " + snug::format_bytes(need) +
+                                        " of host memory (the plan's peak of " + snug::format_bytes(r.peak_total) +
+                                        " on the host backend + " + snug::format_bytes(weights) +
+                                        " of fp32 initial weights) but this machine can give it " +
+                                        snug::format_bytes(need - 1) + " (available memory " +
+                                        snug::format_bytes(need - 1) + "); nothing was built.") &&
+                          Catch::Contains("--batch") && Catch::Contains("--checkpoint full"));
+    // Less room than the weights alone: refused before anything is planned.
+    CHECK_THROWS_WITH(snug::check_host_memory(o, in.source.config, host, room(weights - 1)),
+                      Catch::StartsWith("out of host memory: this run needs at least " + snug::format_bytes(weights) +
+                                        " of host memory (its fp32 initial weights alone) but this machine can give "
+                                        "it " + snug::format_bytes(weights - 1)));
+    // The address-space limit counts what is mapped already; the smaller room decides.
+    snug::HostMemoryRoom limited = room(std::size_t{1} << 40);
+    limited.address_space_limit = std::size_t{3} << 30;
+    limited.address_space_used = (std::size_t{3} << 30) - (need - 1);
+    CHECK_THROWS_WITH(snug::check_host_memory(o, in.source.config, host, limited),
+                      Catch::Contains("can give it " + snug::format_bytes(need - 1) +
+                                      " (available memory 1.00 TiB, address-space limit 3.00 GiB (") &&
+                          Catch::Contains("of it mapped already)"));
+    limited.address_space_used -= 1;
+    CHECK_NOTHROW(snug::check_host_memory(o, in.source.config, host, limited));
+    // Nothing known: nothing to refuse.
+    CHECK_NOTHROW(snug::check_host_memory(o, in.source.config, host, snug::HostMemoryRoom{}));
+    // load_inputs asks before it makes a fresh model's weights: a refusal there leaves nothing made.
+    bool asked = false;
+    CHECK_THROWS_AS(snug::load_inputs(o, 1000,
+                                      [&](const snug::GPTConfig& c) {
+                                          asked = true;
+                                          CHECK(c.num_parameters() == in.source.config.num_parameters());
+                                          snug::check_host_memory(o, c, host, room(need - 1));
+                                      }),
+                    snug::OutOfMemory);
+    CHECK(asked);
+}

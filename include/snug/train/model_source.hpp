@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -66,38 +67,48 @@ inline void check_model_file(const TrainOptions& o, const GPTConfig& c, int data
                           " (" + std::to_string(c.max_seq_len) + ")");
 }
 
+// Called with a run's model shape once it is known and before anything of
+// the model's size is made (a fresh model's weights); it may refuse the run
+// by throwing (run_plan.hpp's check_host_memory does).
+using BeforeWeights = std::function<void(const GPTConfig&)>;
+
 // o.init_from (an llm.c model file or a Hugging Face directory), else a fresh
 // GPT-2 initialisation of the options' shape sized for the data's vocabulary
 // (or o.vocab, which may be larger) with a context of o.run.seq.
-inline ModelSource model_source(const TrainOptions& o, int data_vocab) {
+inline ModelSource model_source(const TrainOptions& o, int data_vocab, const BeforeWeights& before_weights = {}) {
     if (o.init_from.empty()) {
         if (o.vocab != 0 && o.vocab < data_vocab)
             throw ConfigError("--vocab " + std::to_string(o.vocab) + " is smaller than the data's vocabulary of " +
                               std::to_string(data_vocab) + " tokens");
         GPTConfig config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab).with_context(o.run.seq);
         config.validate();
+        if (before_weights) before_weights(config);
         return fresh_model(config, o.seed);
     }
     if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
     ModelSource m = read_model_file(o.init_from);
     m.config = o.with_choices(m.config);
     check_model_file(o, m.config, data_vocab);
+    if (before_weights) before_weights(m.config);
     return m;
 }
 
 // A run's data and model, read in the order that lets each check the other:
 // a model file first (its vocabulary is what llm.c token ids are checked
-// against), then the data; a fresh model is sized for the data.
+// against), then the data; a fresh model is sized for the data, and
+// `before_weights` sees its shape before its weights are made (a model
+// file's, once the file is checked against the data).
 struct RunInputs {
     TrainData data;
     ModelSource source;
 };
 
-inline RunInputs load_inputs(const TrainOptions& o, std::int64_t train_tokens_needed) {
+inline RunInputs load_inputs(const TrainOptions& o, std::int64_t train_tokens_needed,
+                             const BeforeWeights& before_weights = {}) {
     RunInputs in;
     if (o.init_from.empty()) {
         in.data = load_data(o, train_tokens_needed, token_data_vocab(o));
-        in.source = model_source(o, in.data.vocab);
+        in.source = model_source(o, in.data.vocab, before_weights);
         return in;
     }
     if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
@@ -105,6 +116,7 @@ inline RunInputs load_inputs(const TrainOptions& o, std::int64_t train_tokens_ne
     in.source.config = o.with_choices(in.source.config);
     in.data = load_data(o, train_tokens_needed, token_data_vocab(o, in.source.config.vocab_size));
     check_model_file(o, in.source.config, in.data.vocab);
+    if (before_weights) before_weights(in.source.config);
     return in;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "snug/train/data_source.hpp"
+#include "snug/train/host_allocation.hpp"
 #include "snug/train/model_source.hpp"
 #include "snug/train/options.hpp"
 #include "snug/train/planner.hpp"
@@ -57,6 +58,36 @@ inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config
 inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device,
                                   Report& report) {
     report.memory_outlook(memory_outlook(plan_input(o, config, plan_target(device)), o.budget_bytes));
+}
+
+// Before anything of the model's size is made: whether this machine can hold
+// what the run keeps in host memory — the fp32 weights it starts from, an
+// offloaded optimizer's state, and on the host backend the planner's whole
+// predicted peak (the device's memory is the host's there). Throws
+// OutOfMemory naming what is needed, what `room` allows (host_memory_room():
+// the available memory, the address-space limit) and the options that
+// shrink the run; nothing to check where the system says neither.
+inline void check_host_memory(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device,
+                              const HostMemoryRoom& room = host_memory_room()) {
+    const std::optional<std::size_t> can = room.least();
+    if (!can) return;
+    const auto refuse = [&](const std::string& need) {
+        throw OutOfMemory("out of host memory: this run needs " + need + " but this machine can give it " +
+                          format_bytes(*can) + " (" + room.describe() +
+                          "); nothing was built. Shrink it with a smaller --model, --batch or --seq, --precision "
+                          "bf16, --checkpoint full, --optimizer-state int8 or --master none");
+    };
+    // The weights alone first: planning a model far too large takes minutes.
+    const std::size_t weights = static_cast<std::size_t>(config.num_parameters()) * sizeof(float);
+    if (weights > *can) refuse("at least " + format_bytes(weights) + " of host memory (its fp32 initial weights alone)");
+    const MemoryPlan plan = predict_memory(plan_input(o, config, plan_target(device)));
+    const std::size_t on_host = device.cuda ? 0 : plan.required;
+    const std::size_t need = weights + plan.host + on_host;
+    if (need <= *can) return;
+    std::string parts = format_bytes(weights) + " of fp32 initial weights";
+    if (on_host > 0) parts = "the plan's peak of " + format_bytes(on_host) + " on the host backend + " + parts;
+    if (plan.host > 0) parts += " + " + format_bytes(plan.host) + " of offloaded optimizer state";
+    refuse(format_bytes(need) + " of host memory (" + parts + ")");
 }
 
 // --plan: for the budget, the fastest configuration that fits (the order of
