@@ -475,3 +475,16 @@ TEST_CASE("parallel_for runs every task once and passes exceptions on", "[gemm][
     snug::host::parallel_for(0, 4, [](std::int64_t) { FAIL("no task expected"); });
     CHECK(snug::host::max_threads() >= 1);
 }
+
+TEST_CASE("SNUG_GEMM_ISA picks the portable GEMM's variant, and names a wrong one", "[gemm]") {
+    using detail::GemmIsa;
+    CHECK(detail::gemm_isa_from(nullptr) == detail::gemm_isa_from(""));
+    CHECK(detail::gemm_isa_from("baseline") == GemmIsa::baseline);
+    if (detail::gemm_isa_supported(GemmIsa::avx2)) CHECK(detail::gemm_isa_from("avx2") == GemmIsa::avx2);
+    if (!detail::gemm_isa_supported(GemmIsa::avx512))
+        CHECK_THROWS_WITH(detail::gemm_isa_from("avx512"),
+                          Catch::Equals("SNUG_GEMM_ISA=avx512: this CPU cannot run that variant"));
+    CHECK_THROWS_AS(detail::gemm_isa_from("sse9"), snug::ConfigError);
+    CHECK_THROWS_WITH(detail::gemm_isa_from("sse9"),
+                      Catch::Equals("SNUG_GEMM_ISA=sse9: expected baseline, avx2 or avx512"));
+}

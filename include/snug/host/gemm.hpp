@@ -9,12 +9,14 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -470,11 +472,30 @@ inline bool gemm_isa_supported(GemmIsa isa) noexcept {
 #endif
 }
 
-// The fastest variant this CPU runs (decided once).
-inline GemmIsa gemm_best_isa() noexcept {
-    static const GemmIsa isa = gemm_isa_supported(GemmIsa::avx512) ? GemmIsa::avx512
-                               : gemm_isa_supported(GemmIsa::avx2)  ? GemmIsa::avx2
-                                                                    : GemmIsa::baseline;
+inline constexpr const char* gemm_isa_name(GemmIsa isa) noexcept {
+    return isa == GemmIsa::avx512 ? "avx512" : isa == GemmIsa::avx2 ? "avx2" : "baseline";
+}
+
+// The variant the portable GEMM runs (decided once): the fastest this CPU
+// runs, or the one the environment variable SNUG_GEMM_ISA names (baseline,
+// avx2, avx512), so that tests can run another CPU's kernels, whose sums
+// round in another order. A name it does not know, or a variant this CPU
+// cannot run, throws ConfigError naming it.
+inline GemmIsa gemm_isa_from(const char* wanted) {
+    if (wanted == nullptr || *wanted == '\0')
+        return gemm_isa_supported(GemmIsa::avx512) ? GemmIsa::avx512
+               : gemm_isa_supported(GemmIsa::avx2) ? GemmIsa::avx2
+                                                   : GemmIsa::baseline;
+    for (GemmIsa i : {GemmIsa::baseline, GemmIsa::avx2, GemmIsa::avx512}) {
+        if (std::string_view(wanted) != gemm_isa_name(i)) continue;
+        if (!gemm_isa_supported(i))
+            throw ConfigError(std::string("SNUG_GEMM_ISA=") + wanted + ": this CPU cannot run that variant");
+        return i;
+    }
+    throw ConfigError(std::string("SNUG_GEMM_ISA=") + wanted + ": expected baseline, avx2 or avx512");
+}
+inline GemmIsa gemm_best_isa() {
+    static const GemmIsa isa = gemm_isa_from(std::getenv("SNUG_GEMM_ISA"));
     return isa;
 }
 
