@@ -1,7 +1,7 @@
 // The emulated CUDA backend itself: what its SIMT machine promises (built-in
 // variables, barriers and their reductions, shuffles and votes with CUDA's
 // documented semantics, atomics, shared memory per block, cp.async landing at
-// its wait, launch limits) and each fault it must catch, shown on a small
+// its wait, launch limits, a launch recorder) and each fault it must catch, shown on a small
 // deliberately broken kernel: barriers at different call sites or not reached
 // by every live thread, warp collectives whose mask leaves out the caller or
 // names lanes that never arrive, shuffles that read outside their mask, one
@@ -397,6 +397,25 @@ TEST_CASE("launch refuses what the device would, naming the kernel", "[emulated]
                       Contains("grid y = 70000 is more than the device's 65535"));
     CHECK_THROWS_WITH(launch<trap_kernel>(0, 32, 0, nullptr, out.p), Contains("a grid dimension (x) is 0"));
     CHECK(cudaGetLastError() == cudaSuccess);  // refused before the runtime saw them
+}
+
+TEST_CASE("a launch recorder gets each launch the device would take, and nothing runs", "[emulated]") {
+    using snug::cuda::emulated::KernelLaunch;
+    static std::vector<KernelLaunch> seen;  // a recorder is a plain function: no captures
+    seen.clear();
+    DeviceArray<int> out(1);
+    snug::cuda::emulated::set_launch_recorder([](const KernelLaunch& l) { seen.push_back(l); });
+    launch<trap_kernel>(dim3(1, 2), 64, 128, nullptr, out.p);  // would write out[0] if it ran
+    CHECK_THROWS(launch<trap_kernel>(1, 1025, 0, nullptr, out.p));  // refused before the recorder
+    snug::cuda::emulated::set_launch_recorder(nullptr);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].kernel == snug::cuda::kernel_name<trap_kernel>());
+    CHECK(seen[0].entry == reinterpret_cast<const void*>(trap_kernel));
+    CHECK((seen[0].grid.x == 1 && seen[0].grid.y == 2 && seen[0].block.x == 64 && seen[0].dynamic_shared == 128));
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(out.get()[0] == -1);  // untouched: still the poison
+    launch<trap_kernel>(1, 1, 0, nullptr, out.p);  // with the recorder gone, kernels run again
+    CHECK(out.get()[0] == 1);
 }
 
 TEST_CASE("device memory: copies outside an allocation fail, fresh memory is poisoned", "[emulated]") {

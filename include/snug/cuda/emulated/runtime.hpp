@@ -138,6 +138,13 @@ inline constexpr unsigned cudaHostAllocWriteCombined = 0x04;
 
 namespace snug::cuda::emulated {
 
+// A launch recorder: while one is set (set_launch_recorder), launch_kernel
+// hands each launch that passes its checks to it instead of running it, so the
+// kernel never runs and its arguments are never read. For tools that want what
+// the launchers launch at sizes too large to emulate
+// (benchmarks/static/step_kernels.cu).
+using LaunchRecorder = void (*)(const KernelLaunch& launch);
+
 namespace detail {
 
 // Everything the emulated device holds: its memory, the kernels' attributes,
@@ -152,6 +159,7 @@ struct DeviceState {
     std::set<cudaEvent_t> events;
     cudaError_t sticky = cudaSuccess;
     std::string sticky_message;
+    LaunchRecorder recorder = nullptr;
 };
 
 inline DeviceState& state() {
@@ -172,6 +180,11 @@ inline cudaError_t sticky_locked() { return state().sticky; }
 inline cudaError_t sticky() {
     std::lock_guard lock(state().mutex);
     return state().sticky;
+}
+
+inline LaunchRecorder launch_recorder() {
+    std::lock_guard lock(state().mutex);
+    return state().recorder;
 }
 
 inline void* allocate_aligned(std::size_t bytes) {
@@ -213,16 +226,27 @@ inline std::size_t max_dynamic_shared(const void* kernel) {
     return it == m.end() ? EmulatedDevice::shared_per_block : static_cast<std::size_t>(it->second);
 }
 
-// Runs a kernel launch (snug::cuda::launch comes here). Returns the sticky
-// error if one is set; cudaErrorInvalidValue for more dynamic shared memory
-// than the kernel allows; cudaErrorLaunchFailure (sticky, with the fault's
-// report as its cudaGetErrorString) when the kernel faults.
+// Sets the launch recorder (LaunchRecorder); nullptr runs kernels again.
+inline void set_launch_recorder(LaunchRecorder recorder) {
+    std::lock_guard lock(detail::state().mutex);
+    detail::state().recorder = recorder;
+}
+
+// Runs a kernel launch (snug::cuda::launch comes here), or hands it to the
+// launch recorder if one is set. Returns the sticky error if one is set;
+// cudaErrorInvalidValue for more dynamic shared memory than the kernel
+// allows; cudaErrorLaunchFailure (sticky, with the fault's report as its
+// cudaGetErrorString) when the kernel faults.
 inline cudaError_t launch_kernel(const KernelLaunch& launch) {
     if (const cudaError_t s = detail::sticky(); s != cudaSuccess) return detail::record(s);
     if (launch.grid.x == 0 || launch.grid.y == 0 || launch.grid.z == 0 || launch.block.x == 0 ||
         launch.block.y == 0 || launch.block.z == 0)
         return detail::record(cudaErrorInvalidConfiguration);
     if (launch.dynamic_shared > launch.max_dynamic_shared) return detail::record(cudaErrorInvalidValue);
+    if (const LaunchRecorder recorder = detail::launch_recorder()) {
+        recorder(launch);
+        return cudaSuccess;
+    }
     if (std::optional<Fault> fault = run(launch)) {
         std::lock_guard lock(detail::state().mutex);
         detail::state().sticky = cudaErrorLaunchFailure;
