@@ -5,6 +5,7 @@
 #include "snug/core/arena.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/cuda/blas.hpp"
+#include "snug/cuda/fused_attention.hpp"
 #include "snug/nn/context.hpp"
 
 namespace snug::test {
@@ -15,7 +16,10 @@ struct CudaRun {
     ActivationArena<Cuda> activations{tracker};
     ActivationArena<Cuda> scratch{tracker, ActivationArena<Cuda>::default_chunk_bytes, MemoryCategory::temporaries};
     Context<Cuda> ctx{Cuda{}, activations, scratch};
-    CudaRun() { ctx.device.blas = &blas; }
+    CudaRun() {
+        ctx.device.blas = &blas;
+        ctx.device.fused = cuda::registered_fused_attention();  // AttentionKind::cudnn's engine, if registered
+    }
 };
 
 }  // namespace snug::test

@@ -19,8 +19,9 @@
 
 namespace snug::cuda {
 
-class Blas;         // snug/cuda/blas.hpp: the cuBLASLt context linear layers need
-class OffloadLink;  // snug/cuda/offload_link.hpp: the second stream of an offloaded optimizer
+class Blas;            // snug/cuda/blas.hpp: the cuBLASLt context linear layers need
+class OffloadLink;     // snug/cuda/offload_link.hpp: the second stream of an offloaded optimizer
+class FusedAttention;  // snug/cuda/fused_attention.hpp: a library attention engine (cuDNN's SDPA)
 
 // The CUDA backend's tag (snug::Cuda for short). A value of the tag carries the
 // stream its work is queued on (nullptr: the legacy default stream), and
@@ -37,6 +38,9 @@ struct Device {
     // The GEMM context linear_forward / linear_backward run through (not
     // owned; must outlive the tag's use). nullptr: no GEMM on this tag.
     Blas* blas = nullptr;
+    // The fused attention engine AttentionKind::cudnn runs on (not owned);
+    // nullptr: none, such attention takes the flash kernels.
+    FusedAttention* fused = nullptr;
 
     // Raw device memory; callers go through MemoryTracker-aware buffers instead.
     // 0 bytes gives nullptr. A failed cudaMalloc throws snug::OutOfMemory with

@@ -23,6 +23,7 @@
 
 #include "snug/core/device.hpp"
 #include "snug/core/error.hpp"
+#include "snug/ops/fused_attention.hpp"
 
 namespace snug::meter {
 
@@ -75,6 +76,10 @@ struct OffloadLink;
 
 struct Device {
     static constexpr const char* name = "meter";
+    // The fused attention engine of the device being planned for (not owned;
+    // nullptr: none): it says which calls it takes and their workspace
+    // (ops/fused_attention.hpp), so the plan holds what the run will.
+    FusedAttentionPlanner* fused = nullptr;
     // As cudaMalloc: so that the arenas lay out their chunks as on CUDA.
     static constexpr std::size_t alignment = 256;
     // An optimizer offloaded from the metering device (optim/offload.hpp)

@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "snug/meter/device.hpp"
 #include "snug/ops/adamw.hpp"
 #include "snug/ops/moment_quantization.hpp"
 #include "snug/ops/attention.hpp"
 #include "snug/ops/flash_attention.hpp"
+#include "snug/ops/fused_attention.hpp"
 #include "snug/ops/cross_entropy.hpp"
 #include "snug/ops/encoder.hpp"
 #include "snug/ops/layernorm.hpp"
@@ -107,6 +109,37 @@ void flash_attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, ops::flash_
                               const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*out (B, T, C)*/,
                               const ops::flash_stat_t<T>* /*lse (B, NH, T)*/, int B, int T_, int C, int NH) {
     ops::check_flash_attention("flash_attention_backward", B, T_, C, NH);
+}
+
+// Fused attention (ops/fused_attention.hpp): the planned-for device's engine
+// answers which calls it takes and their workspace; the calls do nothing.
+template <FusedAttentionInput T>
+std::string fused_attention_refusal(const Device& dev, int B, int T_, int C, int NH) {
+    if (dev.fused == nullptr) return "the device planned for has no fused attention engine";
+    return dev.fused->refusal({dtype_of<T>, B, T_, C, NH});
+}
+
+inline std::string fused_attention_engine(const Device& dev) {
+    return dev.fused != nullptr ? dev.fused->describe() : "none";
+}
+
+template <FusedAttentionInput T>
+std::size_t fused_attention_workspace(const Device& dev, AttentionPass pass, int B, int T_, int C, int NH) {
+    if (dev.fused == nullptr) throw Error("fused_attention_workspace: the device planned for has no fused engine");
+    return dev.fused->workspace_bytes({dtype_of<T>, B, T_, C, NH}, pass);
+}
+
+template <FusedAttentionInput T>
+void fused_attention_forward(const Device&, std::byte* /*workspace*/, T* /*out (B, T, C)*/, float* /*lse (B, NH, T)*/,
+                             const T* /*qkv (B, T, 3C)*/, int B, int T_, int C, int NH) {
+    ops::check_flash_attention("fused_attention_forward", B, T_, C, NH);
+}
+
+template <FusedAttentionInput T>
+void fused_attention_backward(const Device&, std::byte* /*workspace*/, T* /*dqkv (B, T, 3C)*/,
+                              const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*out (B, T, C)*/,
+                              const float* /*lse (B, NH, T)*/, int B, int T_, int C, int NH) {
+    ops::check_flash_attention("fused_attention_backward", B, T_, C, NH);
 }
 
 template <class T>

@@ -5,8 +5,8 @@
 // Tensors `name.qkv_proj.weight` (3C, C), `name.o_proj.weight` (C, C), and
 // biases (3C), (C) with Bias::yes. forward keeps the (rotated) qkv and the
 // heads' output on the arena it is given, and what its attention kind needs:
-// one log-sum-exp per row (flash, the default) or the (B, NH, T, T)
-// probabilities (AttentionKind::materialized).
+// one log-sum-exp per row (flash, the default, or cuDNN's fused engine:
+// nn/attention.hpp) or the (B, NH, T, T) probabilities (AttentionKind::materialized).
 //
 // Position is the position-encoding hook, applied to q and k inside the
 // fused qkv and undone on their gradients: NoPosition (GPT-2 adds learned
@@ -19,6 +19,7 @@
 
 #include "snug/core/arena.hpp"
 #include "snug/core/device.hpp"
+#include "snug/nn/attention.hpp"
 #include "snug/nn/attention_kind.hpp"
 #include "snug/nn/linear.hpp"
 #include "snug/nn/module.hpp"
@@ -80,10 +81,11 @@ public:
         qkv_out_ = keep.template push<Act>(N * 3 * C_, "qkv");
         qkv_.forward(dev, qkv_out_, in, N);
         position_.forward(dev, qkv_out_, B, T, NH_, C_ / NH_);
-        if (attention_ == AttentionKind::flash) {
+        if (attention_ != AttentionKind::materialized) {
             lse_ = keep.template push<Stat>(ops::flash_stat_elems(B, T, NH_), "attention log-sum-exp");
             heads_ = keep.template push<Act>(N * C_, "attention output");
-            flash_attention_forward(dev, heads_, lse_, qkv_out_, B, T, C_, NH_);
+            // (A fused engine's forward workspace, if any, is pushed on `keep` and popped at once.)
+            flash_or_fused_forward(attention_, keep, dev, heads_, lse_, qkv_out_, B, T, C_, NH_);
         } else {
             att_ = keep.template push<Act>(att_elems(), "attention probabilities");
             heads_ = keep.template push<Act>(N * C_, "attention output");
@@ -100,9 +102,8 @@ public:
         Act* dheads = scratch.template push<Act>(N * C_, "d attention output");
         proj_.backward(dev, dheads, dout, heads_, N);
         Act* dqkv = scratch.template push<Act>(N * 3 * C_, "d qkv");
-        if (attention_ == AttentionKind::flash) {
-            Stat* row_sums = scratch.template push<Stat>(ops::flash_stat_elems(B_, T_, NH_), "d attention row sums");
-            flash_attention_backward(dev, dqkv, row_sums, dheads, qkv_out_, heads_, lse_, B_, T_, C_, NH_);
+        if (attention_ != AttentionKind::materialized) {
+            flash_or_fused_backward(attention_, scratch, dev, dqkv, dheads, qkv_out_, heads_, lse_, B_, T_, C_, NH_);
         } else {
             Act* datt = scratch.template push<Act>(att_elems(), "d attention");
             attention_backward(dev, dqkv, datt, dheads, qkv_out_, att_, B_, T_, C_, NH_);

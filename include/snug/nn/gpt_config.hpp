@@ -88,6 +88,8 @@ struct GPTConfig {
         if (channels <= 0 || channels % n_head != 0)
             fail("channels (" + std::to_string(channels) + ") must be a positive multiple of n_head (" +
                  std::to_string(n_head) + ")");
+        if (attention == AttentionKind::automatic)
+            fail("attention 'auto' is a run's request: resolve it to a kind (snug::resolve_attention) first");
     }
 
     int head_size() const { return channels / n_head; }

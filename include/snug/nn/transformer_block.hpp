@@ -4,13 +4,15 @@
 // releases them, the MLP's before attention's backward starts; its own
 // temporaries live in ctx.scratch (one MLP hidden gradient, then d qkv: the
 // gradient of fc's output overwrites fc's output, its last use). Attention is flash
-// attention (saving its output and one log-sum-exp per row) or, when asked,
-// the materialised kernel (saving the (B, NH, T, T) probabilities).
+// attention (saving its output and one log-sum-exp per row; on cuDNN's fused
+// engine with AttentionKind::cudnn where it takes the call, nn/attention.hpp)
+// or, when asked, the materialised kernel (saving the (B, NH, T, T) probabilities).
 #pragma once
 
 #include <cstdint>
 
 #include "snug/core/tensor.hpp"
+#include "snug/nn/attention.hpp"
 #include "snug/nn/attention_kind.hpp"
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer.hpp"
@@ -76,10 +78,10 @@ public:
         linear_forward(dev, s_.qkv, s_.ln1, w_.qkvw, w_.qkvb, N, C_, 3 * C_);
         if (selective_) ctx.scratch.release_to(scratch_mark);
 
-        if (attention_ == AttentionKind::flash) {  // nothing T x T to drop: selective keeps it all
+        if (attention_ != AttentionKind::materialized) {  // nothing T x T to drop: selective keeps it all
             s_.lse = a.template push<Stat>(stat_elems(), "attention log-sum-exp");
             s_.atty = a.template push<Act>(N * C_, "attention output");
-            flash_attention_forward(dev, s_.atty, s_.lse, s_.qkv, B_, T_, C_, NH_);
+            flash_or_fused_forward(attention_, ctx.scratch, dev, s_.atty, s_.lse, s_.qkv, B_, T_, C_, NH_);
         } else {
             s_.att = dropped.template push<Act>(att_elems(), "attention probabilities");
             s_.atty = a.template push<Act>(N * C_, "attention output");
@@ -134,9 +136,8 @@ public:
         Act* datty = dln;  // (N, C), free again
         linear_backward(dev, datty, g_.attprojw, g_.attprojb, dx.data(), s_.atty, w_.attprojw, N, C_, C_);
         Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
-        if (attention_ == AttentionKind::flash) {
-            Stat* row_sums = tmp.template push<Stat>(stat_elems(), "d attention row sums");
-            flash_attention_backward(dev, dqkv, row_sums, datty, s_.qkv, s_.atty, s_.lse, B_, T_, C_, NH_);
+        if (attention_ != AttentionKind::materialized) {
+            flash_or_fused_backward(attention_, tmp, dev, dqkv, datty, s_.qkv, s_.atty, s_.lse, B_, T_, C_, NH_);
         } else {
             Act* att_scratch = tmp.template push<Act>(att_elems(), "d attention");
             attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);

@@ -281,6 +281,7 @@ public:
                          static_cast<double>(c.num_parameters()) / 1e6, c.flops_per_token(seq), source));
     }
     void data(const TrainData& d) override { line(fmt::format("data: {}", d.description)); }
+    void attention(const std::string& path) override { line(fmt::format("attention: {}", path)); }
     void training_setup(const TrainOptions& o) override {
         line(fmt::format("precision {}, checkpoint {}, micro-batch {} x {}, {} per update: {} tokens/update, {} updates",
                          o.run.precision_name(), o.run.checkpoint_name(), o.run.micro_batch, o.run.seq,

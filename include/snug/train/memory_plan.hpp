@@ -20,6 +20,7 @@
 #include "snug/core/half.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/ops/fused_attention.hpp"
 #include "snug/optim/state_storage.hpp"
 #include "snug/precision/policies.hpp"
 
@@ -89,6 +90,10 @@ inline constexpr DeviceReservation cuda_reservation{std::size_t{2} << 20, std::s
 struct PlanTarget {
     std::size_t backend_workspace = 0;
     std::optional<DeviceReservation> device;
+    // Its fused attention engine (cuDNN's SDPA; not owned), nullptr: none.
+    // AttentionKind::cudnn layers ask it which calls it takes and their
+    // workspace, on the metering device as on the real one.
+    FusedAttentionPlanner* fused = nullptr;
 };
 
 // The shape of one training run, whatever the model, as a trainer like
@@ -114,6 +119,7 @@ struct RunShape {
     // The device whose memory a budget limits (e.g. cuda_reservation); none:
     // the budget limits the tracker's bytes (the host backend).
     std::optional<DeviceReservation> device;
+    FusedAttentionPlanner* fused = nullptr;  // the device's fused attention engine (PlanTarget::fused)
 
     // The modes in force for a model of `blocks` blocks: recompute, or all
     // none when it is empty.

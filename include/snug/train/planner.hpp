@@ -79,7 +79,7 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
     const DeviceReservation device = in.device.value_or(DeviceReservation{});
     meter::Ledger ledger(device.granularity);
     MemoryTracker tracker;
-    const Meter dev{};
+    const Meter dev{in.fused};
     Buffer<std::byte, Meter> backend(tracker, MemoryCategory::workspace, in.backend_workspace, "cuBLASLt workspace");
     ActivationArena<Meter> activations(tracker);
     ActivationArena<Meter> scratch(tracker, ActivationArena<Meter>::default_chunk_bytes, MemoryCategory::temporaries);

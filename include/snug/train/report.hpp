@@ -40,6 +40,7 @@ struct RunResult {
     RunSummary summary;
     std::optional<double> first_val_loss;
     std::string recompute_plan;     // describe_plan of the plan TrainStep applied
+    std::string attention;          // what computed attention at the training shape (nn/attention.hpp's attention_path)
     MemoryBreakdown peak_bytes{};   // each category's own peak
     MemoryBreakdown at_peak{};      // the categories at the moment of the total's peak (they sum to it)
     std::size_t peak_total = 0;
@@ -148,6 +149,8 @@ public:
     virtual void activation_budget(std::optional<std::size_t> /*bytes*/) {}
     virtual void resumed(const std::string& /*path*/, std::int64_t /*step*/, double /*wall_clock_seconds*/) {}
     virtual void recompute_plan(std::span<const Recompute>) {}
+    // What computes attention at the training shape: "flash kernels", cuDNN's engine, ...
+    virtual void attention(const std::string& /*path*/) {}
     virtual void evaluation(std::int64_t /*step*/, double /*loss*/, std::optional<double> /*floor*/) {}
     virtual void progress(const StepRecord&, std::int64_t /*total_steps*/) {}
     virtual void diverged(std::int64_t /*step*/, double /*loss*/) {}

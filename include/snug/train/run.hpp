@@ -235,6 +235,7 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
         {"offload", o.run.offload},
         {"host_peak_bytes", r.host_peak},
         {"recompute_plan", r.recompute_plan},
+        {"attention", r.attention},
         {"micro_batch", o.run.micro_batch},  // per rank
         {"ranks", o.ranks},
         {"zero", o.zero},
@@ -277,6 +278,9 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
                         P * (act_bytes + sizeof(float)), [&] { model_storage.emplace(config, s.tracker); });
         Model& model = *model_storage;
         model.load_weights(s.ctx.device, source.weights);
+        result.attention = attention_path<typename Model::value_type>(config.attention, s.ctx.device, B, T,
+                                                                     config.channels, config.n_head);
+        report.attention(result.attention);
         Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
                                              "token ids");   // (n, B, T)
         Buffer<std::int32_t, Dev> targets_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),

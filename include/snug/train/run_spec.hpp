@@ -188,6 +188,7 @@ inline MemoryPlanInput plan_input_for(const RunSpec& spec, const GPTConfig& conf
     in.zero_ranks = spec.zero_ranks;
     in.backend_workspace = target.backend_workspace;
     in.device = target.device;
+    in.fused = target.fused;
     in.sampling_window = sampling_window;
     return in;
 }

@@ -63,9 +63,32 @@ auto visit_device([[maybe_unused]] const DeviceInfo& device, F&& f) {
 // nothing on the host.
 inline PlanTarget plan_target([[maybe_unused]] const DeviceInfo& device) {
 #if defined(SNUG_CUDA_BACKEND)
-    if (device.cuda) return {cuda::Blas::workspace_bytes_for_current_device(), cuda_reservation};
+    if (device.cuda)
+        return {cuda::Blas::workspace_bytes_for_current_device(), cuda_reservation, cuda::registered_fused_attention()};
 #endif
     return {};
+}
+
+// The attention a run asks for (--attention), as the kind its model computes
+// with: auto is cudnn where the run is on the GPU and this program registered
+// cuDNN's engine (cuda/cudnn_attention.hpp), flash otherwise; cudnn where
+// neither holds is refused, naming why. (A cudnn model takes the flash
+// kernels for any call cuDNN does not take: fp32, or a shape it refuses;
+// train() reports which path the training shape takes.)
+inline AttentionKind resolve_attention(AttentionKind wanted, [[maybe_unused]] const DeviceInfo& device) {
+    if (wanted != AttentionKind::automatic && wanted != AttentionKind::cudnn) return wanted;
+    std::string why;
+#if defined(SNUG_CUDA_BACKEND)
+    if (!device.cuda)
+        why = "cuDNN runs on the CUDA backend, and this run is on the host";
+    else if (cuda::registered_fused_attention() == nullptr)
+        why = "this program was built without cuDNN (CMake found no cuDNN 9 with its frontend: SNUG_WITH_CUDNN)";
+#else
+    why = "this program was built without CUDA";
+#endif
+    if (why.empty()) return AttentionKind::cudnn;
+    if (wanted == AttentionKind::automatic) return AttentionKind::flash;
+    throw ConfigError("--attention cudnn: " + why + "; use --attention auto or flash");
 }
 
 // The tracker, the arenas, the cuBLASLt context on CUDA, the Context layers get.
@@ -91,6 +114,7 @@ struct Session {
             driver_baseline = driver_used_bytes();  // the context exists; nothing of this session yet
             blas.emplace(tracker);
             ctx.device.blas = &*blas;
+            ctx.device.fused = cuda::registered_fused_attention();
         }
 #endif
     }
@@ -129,7 +153,7 @@ struct Session {
         if constexpr (std::is_same_v<Dev, Host>)
             return {};
         else
-            return {backend_workspace(), cuda_reservation};
+            return {backend_workspace(), cuda_reservation, ctx.device.fused};
     }
 };
 

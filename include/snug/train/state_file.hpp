@@ -50,7 +50,7 @@
 //                       {"vocab_size", "padded_vocab_size", "max_seq_len",
 //                        "n_layer", "n_head", "channels", "attention",
 //                        "classifier_chunk"}; absent for other models ("attention",
-//                       "flash" or "materialized", and "classifier_chunk", the head's
+//                       "flash", "cudnn" or "materialized", and "classifier_chunk", the head's
 //                       tokens per chunk with 0 for automatic, are for information: a
 //                       run may resume with others, which change only rounding)
 //   }
