@@ -70,7 +70,7 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     double rank_timeout = 600.0;
     // What the command line says as text; parsed into o once CLI11 is done.
     std::string precision = "fp32", checkpoint = "none", vram_budget = "12GiB", device_name = "auto";
-    std::string attention = "flash";
+    std::string attention = "auto";
     std::string optimizer_state = "fp32", master = "fp32";
     std::string tokenizer_path;
     std::int64_t batch_tokens = 0;
@@ -111,8 +111,10 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
         ->check(CLI::IsMember({"fp32", "none"}));
     app.add_option("--checkpoint", checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
     app.add_option("--attention", attention,
-                   "flash (keeps one log-sum-exp per row) or materialized (keeps the B NH T T probabilities)")
-        ->check(CLI::IsMember({"flash", "materialized"}));
+                   "auto (cuDNN's fused SDPA where this program has it and runs on the GPU, else flash), cudnn, "
+                   "flash (snug's kernels; one log-sum-exp per row kept) or materialized (keeps the B NH T T "
+                   "probabilities)")
+        ->check(CLI::IsMember({"auto", "cudnn", "flash", "materialized"}));
     app.add_option("--classifier-chunk", o.classifier_chunk,
                    "tokens per chunk of the output head and loss (0: automatic, the logits of a chunk about the size "
                    "of the hidden states)")
@@ -199,6 +201,7 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     if (ranks.size() > 1 && device_name != "host" && snug::cuda::device_count() > 0) snug::dist::use_local_gpu(ranks);
 #endif
     const snug::DeviceInfo device = snug::choose_device(device_name);
+    o.attention = snug::resolve_attention(o.attention, device);
     if (ranks.size() > 1 && run_ladder)
         throw snug::ConfigError("--ladder runs in one process; this job has " + std::to_string(ranks.size()) +
                                 " ranks: start it without mpirun");
