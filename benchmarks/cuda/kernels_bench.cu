@@ -347,6 +347,34 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
                  {double(2 * qkv_n + 2 * N * C) * A + 8.0 * double(stat_n), 2.5 * att_fwd}, ceil.gemm(dt), [&](int) {
             snug::cuda::flash_attention_backward(dev, dqkv.p, rows.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH);
         });
+        // The same contract on cuDNN's fused SDPA, where this program has it (cuda/cudnn.cpp).
+        if constexpr (!std::is_same_v<Tp, float>) {
+            snug::cuda::FusedAttention* engine = snug::cuda::registered_fused_attention();
+            const snug::FusedAttentionShape shape{snug::dtype_of<Tp>, B, T, C, NH};
+            if (engine != nullptr && measuring && engine->refusal(shape).empty()) {
+                snug::cuda::Device fused_dev = dev;
+                fused_dev.fused = engine;
+                DeviceArray<std::byte> fwd_ws(std::max<std::int64_t>(
+                    1, static_cast<std::int64_t>(engine->workspace_bytes(shape, snug::AttentionPass::forward))));
+                DeviceArray<std::byte> bwd_ws(std::max<std::int64_t>(
+                    1, static_cast<std::int64_t>(engine->workspace_bytes(shape, snug::AttentionPass::backward))));
+                flop_row("cudnn_attention_forward", dt, att_shape,
+                         {double(qkv_n + N * C) * A + 4.0 * double(stat_n), att_fwd}, ceil.gemm(dt), [&](int) {
+                    snug::cuda::fused_attention_forward(fused_dev, fwd_ws.p, out.p, lse.p, qkv.p, B, T, C, NH);
+                });
+                flop_row("cudnn_attention_backward", dt, att_shape,
+                         {double(2 * qkv_n + 2 * N * C) * A + 8.0 * double(stat_n), 2.5 * att_fwd}, ceil.gemm(dt),
+                         [&](int) {
+                    snug::cuda::fused_attention_backward(fused_dev, bwd_ws.p, dqkv.p, dout.p, qkv.p, out.p, lse.p, B,
+                                                         T, C, NH);
+                });
+            } else if (engine == nullptr) {
+                std::printf("cudnn_attention_forward/backward: not in this build (no cuDNN)\n");
+            } else if (measuring) {
+                std::printf("cudnn_attention_forward/backward: cuDNN refuses %s: %s\n", att_shape.c_str(),
+                            engine->refusal(shape).c_str());
+            }
+        }
         const double kept_flash = double(N * C) * A + double(stat_n) * sizeof(float);
         const double kept_materialized = double(N * C + att_n) * A;
         std::printf("attention activations kept per layer at %s, %s: flash %.1f MiB, materialised %.1f MiB\n",

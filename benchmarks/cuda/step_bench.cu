@@ -126,6 +126,7 @@ void rung(const char* name, const char* model_name, const snug::GPTConfig& confi
                                             snug::MemoryCategory::temporaries);
         snug::Context<Cuda> ctx{Cuda{}, activations, scratch};
         ctx.device.blas = &blas;
+        ctx.device.fused = snug::cuda::registered_fused_attention();  // for the cuDNN attention rungs
         Model model(config, tracker);
         const std::vector<float> weights = snug::gpt_initial_weights(config, 1);
         model.load_weights(ctx.device, weights);
@@ -209,6 +210,16 @@ int run(const char* csv_path) {
     const snug::GPTConfig gpt2 = snug::GPTConfig::preset("124M").with_context(T);
     rung<P::Fp32>("fp32", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
     rung<P::Bf16>("bf16", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
+    // Attention on cuDNN's fused SDPA, where this program has it (cuda/cudnn.cpp).
+    snug::GPTConfig gpt2_cudnn = gpt2;
+    gpt2_cudnn.attention = snug::AttentionKind::cudnn;
+    if (snug::cuda::registered_fused_attention() != nullptr) {
+        rung<P::Bf16>("bf16 (cuDNN attention)", "124M", gpt2_cudnn, B, T, std::nullopt, A::None{}, K::None{});
+        rung<P::Bf16>("bf16+full-ckpt (cuDNN attention)", "124M", gpt2_cudnn, B, T, std::nullopt, A::None{},
+                      K::Full{});
+    } else {
+        std::printf("no cuDNN in this build: the cuDNN attention rungs are not run\n");
+    }
     rung<P::Fp16<snug::DynamicLossScaler>>("fp16+scaler", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
     snug::TrainConfig offload, lean;
     offload.adamw.offload = true;

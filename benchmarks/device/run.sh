@@ -29,8 +29,16 @@
 #     nothing built here needs it.
 #
 # SNUG_DEVICE_STAGES picks stages (default: all of "tests kernels step ladder
-# torch sanitizer"), e.g. a rerun after a kernel fix with little device time
-# left: SNUG_DEVICE_STAGES="tests kernels step".
+# torch ncu sanitizer"), e.g. a rerun after a kernel fix with little device
+# time left: SNUG_DEVICE_STAGES="tests kernels step".
+#
+# Attention runs two ways where cuDNN is present (the device image's Python
+# environment has it, nvidia-cudnn-cu13; the frontend headers come carried in
+# third_party_headers/): snug's flash kernels and cuDNN's fused SDPA, side by
+# side in the kernel table and the step rungs, and PyTorch's SDPA is timed per
+# backend (flash, cuDNN, efficient). Nsight Compute reads the attention and
+# norm kernels (ncu.txt). At most eight files come back: the summaries as
+# they are, everything else in rest.tar.gz.
 #
 # Without a GPU (a CPU machine) it prepares the headers, configures, says
 # plainly that no GPU is present and exits 0. SNUG_DEVICE_BUILD=1 makes it
@@ -46,7 +54,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 start=$SECONDS
 log() { printf '[run.sh %4ds] %s\n' $((SECONDS - start)) "$*" | tee -a "$out/run.log"; }
 summary=()
-stages=" ${SNUG_DEVICE_STAGES:-tests kernels step ladder torch sanitizer} "
+stages=" ${SNUG_DEVICE_STAGES:-tests kernels step ladder torch ncu sanitizer} "
 want() { [[ $stages == *" $1 "* ]]; }
 
 # ---- Catch2's header, carried from a machine that has it ----
@@ -63,12 +71,27 @@ for h in CLI nlohmann fmt; do
         log "copied /usr/include/$h into third_party_headers/"
     fi
 done
+# cuDNN's header-only frontend (tools/deps.sh fetched it into
+# third_party/cudnn_frontend): the attention path on cuDNN's fused SDPA. cuDNN
+# itself is in the device image's Python environment (nvidia-cudnn-cu13).
+if [[ ! -f third_party_headers/cudnn_frontend.h && -f third_party/cudnn_frontend/include/cudnn_frontend.h ]]; then
+    mkdir -p third_party_headers
+    cp -r third_party/cudnn_frontend/include/. third_party_headers/
+    log "copied cuDNN's frontend into third_party_headers/"
+fi
 
 # ---- is there a GPU? ----
 gpu=""
 if command -v nvidia-smi >/dev/null 2>&1; then
     gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 fi
+# cuDNN: the Python environment's (PyTorch's nvidia-cudnn), else $CUDNN_PATH.
+cudnn_dir=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || echo "${CUDNN_PATH:-}")
+if [[ -n $cudnn_dir && -d $cudnn_dir/lib ]]; then
+    export LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export CUDNN_PATH=$cudnn_dir
+fi
+export CUDNN_FRONTEND_PATH=$root/third_party_headers
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit="$commit+dirty"; fi
 {
@@ -77,6 +100,9 @@ if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then com
     echo "gpu: ${gpu:-none}"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
     echo "host compiler: $(c++ --version 2>/dev/null | head -1)"
+    echo "cudnn: ${cudnn_dir:-none} ($(ls "${cudnn_dir:-/nonexistent}"/lib/libcudnn.so* 2>/dev/null | head -1))"
+    echo "cudnn frontend: $(grep -h 'define CUDNN_FRONTEND_[A-Z]*_VERSION ' third_party_headers/cudnn_frontend_version.h \
+        2>/dev/null | awk '{printf "%s.", $3}' | sed 's/\.$//')"
 } | tee "$out/environment.txt"
 
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -114,7 +140,19 @@ elif [[ -f third_party_headers/catch2/catch.hpp ]]; then
     printf '%s\n' "${srcs[@]}" | timeout 300 xargs -P "$jobs" -I{} sh -c \
         'nvcc "$@" -x cu -c {} -o "'"$build"'/cuda_tests/$(basename {}).o"' _ "${nvcc_flags[@]}" \
         >"$out/build_tests.log" 2>&1
-    if timeout 120 nvcc -arch=sm_90 "$build"/cuda_tests/*.o -lcublasLt -o "$build/snug_cuda_tests" \
+    # cuDNN's engine for the fused-attention tests, built by the host compiler.
+    cudnn_link=()
+    if [[ -n $cudnn_dir && -f $cudnn_dir/include/cudnn.h && -f third_party_headers/cudnn_frontend.h ]] &&
+        timeout 300 c++ -std=c++20 -O2 -Iinclude -Itests -Ithird_party_headers -I"$cudnn_dir/include" \
+            -I"$(dirname "$(command -v nvcc)")/../include" -c tests/cuda/cudnn_registration.cpp \
+            -o "$build/cuda_tests/cudnn_registration.o" >>"$out/build_tests.log" 2>&1; then
+        cudnn_link=("$cudnn_dir/lib/libcudnn.so.9" "-Xlinker" "-rpath=$cudnn_dir/lib")
+        log "cuDNN engine built into the CUDA tests ($cudnn_dir)"
+    else
+        rm -f "$build/cuda_tests/cudnn_registration.o"
+        log "CUDA tests without cuDNN (no cuDNN in python3's environment, or no frontend headers carried)"
+    fi
+    if timeout 120 nvcc -arch=sm_90 "$build"/cuda_tests/*.o -lcublasLt "${cudnn_link[@]}" -o "$build/snug_cuda_tests" \
             >>"$out/build_tests.log" 2>&1; then
         tests_bin="$build/snug_cuda_tests"
         log "built snug_cuda_tests"
@@ -192,10 +230,23 @@ elif python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1
     timeout 100 python3 benchmarks/torch/side_by_side.py --modes compile --rungs bf16 --csv "$out/torch_compile.csv" \
         --json "$out/torch_compile.json" 2>&1 | tee "$out/torch_compile.txt"
     log "side_by_side compile (bf16) rc ${PIPESTATUS[0]}"
-    timeout 60 python3 benchmarks/torch/side_by_side.py --attention 16,12,1024,64 2>&1 | tee "$out/torch_attention.txt"
+    timeout 60 python3 benchmarks/torch/side_by_side.py --attention 16,12,1024,64 --sdpa-backends all 2>&1 |
+        tee "$out/torch_attention.txt"
     log "side_by_side attention (SDPA, beside kernels.txt's flash_attention rows) rc ${PIPESTATUS[0]}"
 else
     summary+=("pytorch side by side: not run (no python3 with CUDA torch)")
+fi
+
+# ---- Nsight Compute on the attention and norm kernels (works under Firecracker, not under gVisor) ----
+if want ncu && [[ $bench_rc == 0 ]] && command -v ncu >/dev/null 2>&1; then
+    timeout 120 ncu --kernel-name 'regex:flash|cudnn|sdpa|fmha|norm_backward|layernorm' --launch-skip 0 \
+        --launch-count 12 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        "$build/benchmarks/snug_cuda_kernels_bench" >"$out/ncu.txt" 2>&1
+    rc=$?
+    if [[ $rc == 0 ]]; then summary+=("ncu: attention and norm kernels in ncu.txt")
+    else summary+=("ncu: rc $rc ($(grep -m1 -iE 'error|not supported|permission' "$out/ncu.txt"))"); fi
+elif want ncu; then
+    summary+=("ncu: not run (absent, or the benchmarks did not build)")
 fi
 
 # ---- compute-sanitizer, with what time is left (it refuses the GPU under gVisor) ----
@@ -249,3 +300,7 @@ if [[ -f $out/ladder.txt ]]; then
     sed -n '/^VRAM ladder:/,$p' "$out/ladder.txt"
 fi
 echo "total $((SECONDS - start)) s; full results in $out"
+# The device tool returns few files: keep the summaries, tar the rest.
+keep="run.log environment.txt kernels.csv step.csv torch_eager.csv torch_compile.csv torch_attention.txt"
+(cd "$out" && others=$(ls | grep -vxF -f <(tr ' ' '\n' <<<"$keep") | grep -vx 'rest.tar.gz' || true) &&
+    [[ -n $others ]] && tar czf rest.tar.gz $others && rm -rf $others) 2>/dev/null || true

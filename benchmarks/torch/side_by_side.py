@@ -582,6 +582,11 @@ def attention_bench(args, device):
         print("attention: F.scaled_dot_product_attention needs torch >= 2.0 (this is %s)" % torch.__version__)
         return 0
     B, NH, T, hs = (int(x) for x in args.attention.split(","))
+    backends = ["default"]
+    if args.sdpa_backends == "all" and device.type == "cuda":
+        backends = ["default", "flash", "cudnn", "efficient"]
+    elif args.sdpa_backends not in ("default", "all"):
+        backends = args.sdpa_backends.split(",")
     fwd_flops = 4.0 * B * NH * T * T * hs / 2
     dtypes = [torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
     for dtype in dtypes:
@@ -599,13 +604,31 @@ def attention_bench(args, device):
                     times.append(time.perf_counter() - t0)
             return sorted(times)[len(times) // 2]
 
-        with torch.no_grad():
-            t_fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-        t_all = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout))
-        print("sdpa %s B %d NH %d T %d hs %d: forward %.3f ms %.1f TFLOP/s; forward+backward %.3f ms %.1f TFLOP/s"
-              % (str(dtype).replace("torch.", ""), B, NH, T, hs, t_fwd * 1e3, fwd_flops / t_fwd * 1e-12,
-                 t_all * 1e3, 3.5 * fwd_flops / t_all * 1e-12))
+        for backend in backends:
+            try:
+                with sdpa_backend(backend):
+                    with torch.no_grad():
+                        t_fwd = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+                    t_all = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout))
+            except RuntimeError as e:  # a backend that does not take this case
+                print("sdpa %s %s: not available (%s)" % (backend, str(dtype).replace("torch.", ""),
+                                                          str(e).splitlines()[0][:120]))
+                continue
+            print("sdpa %s %s B %d NH %d T %d hs %d: forward %.3f ms %.1f TFLOP/s; forward+backward %.3f ms "
+                  "%.1f TFLOP/s" % (backend, str(dtype).replace("torch.", ""), B, NH, T, hs, t_fwd * 1e3,
+                                    fwd_flops / t_fwd * 1e-12, t_all * 1e3, 3.5 * fwd_flops / t_all * 1e-12))
     return 0
+
+
+def sdpa_backend(name):
+    """A context that makes F.scaled_dot_product_attention take one backend
+    ("flash", "cudnn", "efficient", "math"), or PyTorch's own choice ("default")."""
+    import contextlib
+    if name == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name])
 
 
 def main():
@@ -630,6 +653,9 @@ def main():
                    help="cap PyTorch's allocator at 12 GiB for the 350M rung (an OOM is then the result)")
     p.add_argument("--csv", default=None, help="write step_bench's CSV columns (+ framework, mode) here")
     p.add_argument("--json", default=None, help="write the rows and the environment as JSON here")
+    p.add_argument("--sdpa-backends", default="default",
+                   help="with --attention: default (PyTorch's choice), all (default, flash, cudnn, efficient on "
+                        "the GPU), or a comma list of those")
     p.add_argument("--attention", default=None, metavar="B,NH,T,HS",
                    help="benchmark F.scaled_dot_product_attention alone at this shape (snug's kernel benchmark "
                         "uses 16,12,1024,64) and exit")
