@@ -140,7 +140,9 @@ inline NormBackwardShape norm_backward_shape(std::int64_t N, int C, int P, int W
 // Centered: LayerNorm (xhat uses mean; dbias; dinp subtracts mean_c(g));
 // else RMSNorm (no mean, no bias). Launched with warps x 32 threads, G blocks,
 // warps x P x slice floats of dynamic shared memory; `ticket` is 0 on entry
-// and left 0.
+// and left 0. The row loops are not unrolled: at 1024 threads a thread has 64
+// registers, and nvcc's own unrolling of RMSNorm's lighter loops spilled on
+// sm_86; 32 warps of an SM keep enough 16-byte loads in flight without it.
 template <class T, int W, bool Centered>
 __global__ void __launch_bounds__(norm_backward_max_warps * 32)
     norm_backward_kernel(T* dinp,             // (N, C) +=
@@ -181,6 +183,7 @@ __global__ void __launch_bounds__(norm_backward_max_warps * 32)
             const float rs = rstd[row];
             // Pass 1, the whole row: mean_c(g) and mean_c(g * xhat).
             float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma unroll 1
             for (int v = lane; v < vecs; v += 32) {
                 const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
 #pragma unroll
@@ -194,6 +197,7 @@ __global__ void __launch_bounds__(norm_backward_max_warps * 32)
             const float gx_mean = warp_sum(gx_sum) * inv_c;
             // Pass 2, the slice: dinp, and the parameter gradients' sums.
             T* dx = dinp + row * C;
+#pragma unroll 1
             for (int v = v0 + lane; v < v1; v += 32) {
                 const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
                 Vec<T, W> d = load_vec<T, W>(dx, v);
