@@ -63,8 +63,8 @@ X* nowhere() {
 
 // Calls every launcher once per configuration of the step; note(call) names
 // the launcher call before it runs (what the report's "call" column shows).
-// dev.blas must be set (the step has one: it holds the chunked parameter
-// gradients' partial sums).
+// dev.blas must be set (the step has one: it holds the partial sums of the
+// bias gradients and of the norms' backward, and the norms' ticket counter).
 void launch_step_kernels(const cuda::Device& dev, void (*note)(const char* call)) {
     bfloat16* x = nowhere<bfloat16>();
     float* f = nowhere<float>();

@@ -6,9 +6,17 @@
 // or 1e-2 (16-bit), relative to |host| + rms(host). Sizes cover C = 1, C not a
 // multiple of 32, C > 1024, one row and many, and both the 16-byte vector
 // path (C a multiple of 4 floats or 8 16-bit values: 8, 100 for fp32, 768,
-// 1000 — 125 vectors, not a multiple of the warp) and one value at a time. The backward must give the same
-// bits on every run. Each with and without a Blas on the device tag (its
-// workspace holds the parameter gradients' partial sums over row chunks).
+// 1000 — 125 vectors, not a multiple of the warp — and GPT-2 1558M's 1600) and
+// one value at a time (odd C).
+// The backward is one launch (norm_rows.cuh): each block's partial sums of
+// dweight and dbias, added by the last block to finish. Sizes give it many
+// blocks (4099 rows), fewer rows than the emulated GPU has SMs (100; 1), and
+// channels in two slices (C = 30000 vectorised, 30011 one at a time). Each
+// case runs the backward twice on the same gradients, as two micro-batches
+// accumulate: dinp, dweight and dbias must hold both (+=), the second launch
+// finds the ticket counter back at 0, and leaves it there. With and without a
+// Blas on the device tag (partial sums in its workspace, or in pool memory)
+// the bits are the same, and the backward gives the same bits on every run.
 // residual_layernorm_forward gives exactly the bits of the two kernels it
 // fuses (add_inplace, layernorm_forward) and is within the tolerances above
 // of its host twin.
@@ -38,16 +46,15 @@ using namespace snug::test;
 
 namespace {
 
-// with_blas: the device tag carries a Blas, whose workspace holds the
-// parameter gradients' partial sums over row chunks (without it, one chunk).
 template <class T>
-void check_layernorm(snug::Generator& rng, std::int64_t N, int C, bool with_blas) {
-    INFO("N = " << N << ", C = " << C << (with_blas ? ", row chunks in the Blas workspace" : ", one row chunk"));
+void check_layernorm(snug::Generator& rng, std::int64_t N, int C) {
+    INFO("N = " << N << ", C = " << C);
     MemoryTracker tracker;
     const snug::Host host;
     snug::cuda::Blas blas(tracker);
-    Cuda dev{};
-    if (with_blas) dev.blas = &blas;
+    Cuda dev{};  // partial sums in memory from the stream's pool
+    Cuda dev_blas{};
+    dev_blas.blas = &blas;  // partial sums in the Blas workspace
     const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
     const auto rows = static_cast<std::size_t>(N);
     const auto inp = random_values<T>(rng, n, -2.0f, 3.0f);  // rows with a mean to remove
@@ -73,22 +80,40 @@ void check_layernorm(snug::Generator& rng, std::int64_t N, int C, bool with_blas
     check_close(to_host(mean_d), mean, 1e-5, "mean");
     check_close(to_host(rstd_d), rstd, 1e-5, "rstd");
 
-    // The backward from the host's statistics, on both sides.
+    // The backward from the host's statistics, on both sides, twice over the
+    // same gradients (two micro-batches' worth).
     auto host_mean_d = to_device(tracker, mean);
     auto host_rstd_d = to_device(tracker, rstd);
     auto dout_d = to_device(tracker, dout);
+    std::vector<T> dinp = dinp0;
+    std::vector<float> dweight = dweight0, dbias = dbias0;
     auto dinp_d = to_device(tracker, dinp0);
     auto dweight_d = to_device(tracker, dweight0);
     auto dbias_d = to_device(tracker, dbias0);
-    layernorm_backward(dev, dinp_d.data(), dweight_d.data(), dbias_d.data(), dout_d.data(), inp_d.data(),
-                       weight_d.data(), host_mean_d.data(), host_rstd_d.data(), N, C);
-    std::vector<T> dinp = dinp0;
-    std::vector<float> dweight = dweight0, dbias = dbias0;
-    layernorm_backward(host, dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                       mean.data(), rstd.data(), N, C);
-    check_close(to_host(dinp_d), dinp, tolerance<T>(), "dinp");
-    check_close(to_host(dweight_d), dweight, 1e-5, "dweight");
-    check_close(to_host(dbias_d), dbias, 1e-5, "dbias");
+    for (int pass = 1; pass <= 2; ++pass) {
+        INFO("backward pass " << pass);
+        layernorm_backward(dev_blas, dinp_d.data(), dweight_d.data(), dbias_d.data(), dout_d.data(), inp_d.data(),
+                           weight_d.data(), host_mean_d.data(), host_rstd_d.data(), N, C);
+        layernorm_backward(host, dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                           mean.data(), rstd.data(), N, C);
+        check_close(to_host(dinp_d), dinp, tolerance<T>(), "dinp");
+        check_close(to_host(dweight_d), dweight, 1e-5, "dweight");
+        check_close(to_host(dbias_d), dbias, 1e-5, "dbias");
+        unsigned ticket = 1;
+        snug::cuda::copy_to_host(&ticket, blas.ticket_counter(), 1);
+        CHECK(ticket == 0);  // the last block put it back
+    }
+
+    // Without a Blas: the same launch, the same bits.
+    auto dinp2_d = to_device(tracker, dinp0);
+    auto dweight2_d = to_device(tracker, dweight0);
+    auto dbias2_d = to_device(tracker, dbias0);
+    for (int pass = 1; pass <= 2; ++pass)
+        layernorm_backward(dev, dinp2_d.data(), dweight2_d.data(), dbias2_d.data(), dout_d.data(), inp_d.data(),
+                           weight_d.data(), host_mean_d.data(), host_rstd_d.data(), N, C);
+    check_same_bits(to_host(dinp2_d), to_host(dinp_d), "dinp without a Blas");
+    check_same_bits(to_host(dweight2_d), to_host(dweight_d), "dweight without a Blas");
+    check_same_bits(to_host(dbias2_d), to_host(dbias_d), "dbias without a Blas");
 }
 
 }  // namespace
@@ -98,15 +123,42 @@ TEMPLATE_TEST_CASE("cuda layernorm forward and backward match the host", "[cuda]
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     snug::Generator rng(seed);
-    const std::pair<std::int64_t, int> sizes[] = {{1, 1},   {3, 1},     {1, 37},   {7, 100}, {64, 768},
-                                                   {1000, 33}, {5, 1601}, {2, 8}, {9, 1000}};
-    for (const auto& [N, C] : sizes) {
-        check_layernorm<TestType>(rng, N, C, false);
-        check_layernorm<TestType>(rng, N, C, true);
-    }
-    CHECK(snug::cuda::detail::norm_params_chunks(1000, 33, std::size_t{1} << 18) == 16);  // 1000 / 64 rows
-    CHECK(snug::cuda::detail::norm_params_chunks(100000, 768, std::size_t{1} << 18) == 170);  // 2^18 / 1536
-    CHECK(snug::cuda::detail::norm_params_chunks(100000, 768, 0) == 1);
+    const std::pair<std::int64_t, int> sizes[] = {{1, 1},    {3, 1},    {1, 37},    {7, 100},  {64, 768},
+                                                   {1000, 33}, {5, 1601}, {2, 8},     {9, 1000}, {4099, 64},
+                                                   {100, 40},  {1, 768},  {33, 1600}, {3, 30000}, {2, 30011}};
+    for (const auto& [N, C] : sizes) check_layernorm<TestType>(rng, N, C);
+}
+
+// The launch shape, by the rules in norm_rows.cuh's comment, for an sm_90
+// GPU of 132 SMs (227 KiB of shared memory per block) and for sm_86's 99 KiB.
+TEST_CASE("cuda norm backward: one block per SM, as many warps as shared memory holds sums for",
+          "[cuda][layernorm][rmsnorm]") {
+    using snug::cuda::detail::norm_backward_shape;
+    constexpr std::size_t sm90 = 227 * 1024, sm86 = 99 * 1024;
+    // GPT-2 124M, bf16, LayerNorm (2 sums per channel): 32 warps of 768 x 8 bytes.
+    auto s = norm_backward_shape(16384, 768, 2, 8, 132, sm90, 1 << 20);
+    CHECK(s.blocks == 132);
+    CHECK(s.warps == 32);
+    CHECK(s.slice == 768);
+    CHECK(s.shared_bytes == 32 * 768 * 8);
+    CHECK(norm_backward_shape(16384, 768, 2, 8, 82, sm86, 1 << 20).warps == 16);  // 101376 / 6144
+    // GPT-2 1558M's C = 1600: 232448 / 12800 = 18 warps; a 1B Llama's RMSNorm
+    // (1 sum per channel) at C = 2048: 232448 / 8192 = 28.
+    CHECK(norm_backward_shape(16384, 1600, 2, 8, 132, sm90, 1 << 20).warps == 18);
+    CHECK(norm_backward_shape(16384, 2048, 1, 8, 132, sm90, 1 << 20).warps == 28);
+    // Few rows: no block without a row for each warp's first.
+    CHECK(norm_backward_shape(1, 768, 2, 8, 132, sm90, 1 << 20).blocks == 1);
+    CHECK(norm_backward_shape(100, 768, 2, 8, 132, sm90, 1 << 20).blocks == 4);  // 100 rows / 32 warps
+    // The scratch bounds the partial rows.
+    CHECK(norm_backward_shape(16384, 768, 2, 8, 132, sm90, 40).blocks == 40);
+    // Past one warp's 29056 channels (with a bias): one warp, slices of a multiple of 32 W.
+    s = norm_backward_shape(10, 30000, 2, 8, 132, sm90, 1 << 20);
+    CHECK(s.warps == 1);
+    CHECK(s.slice == 28928);  // 113 x 256
+    CHECK(s.blocks == 10);
+    s = norm_backward_shape(10, 30011, 2, 1, 132, sm90, 1 << 20);
+    CHECK(s.slice == 29056);  // 908 x 32
+    CHECK(s.shared_bytes == 29056 * 8);
 }
 
 TEMPLATE_TEST_CASE("cuda residual_layernorm_forward: the bits of add_inplace then layernorm_forward, near the host's",
@@ -164,7 +216,9 @@ TEMPLATE_TEST_CASE("cuda residual_layernorm_forward: the bits of add_inplace the
                       Contains("residual_layernorm_forward") && Contains("C = 0"));
 }
 
-TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[cuda][layernorm]") {
+TEMPLATE_TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[cuda][layernorm]", float,
+                   snug::bfloat16) {
+    using T = TestType;
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     snug::Generator rng(seed);
@@ -173,22 +227,23 @@ TEST_CASE("cuda layernorm backward is deterministic, on a stream of its own", "[
     cudaStream_t stream = nullptr;
     snug::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Cuda dev{stream};
-    dev.blas = &blas;  // 65 row chunks for the parameter gradients
+    dev.blas = &blas;  // 129 blocks of 32 rows at a time, then the last block's sum
     const std::int64_t N = 4099;
     const int C = 768;
     const auto n = static_cast<std::size_t>(N) * C;
-    auto inp_d = to_device(tracker, random_values<float>(rng, n, -2.0f, 3.0f));
-    auto weight_d = to_device(tracker, random_values<float>(rng, C, 0.5f, 1.5f));
-    auto bias_d = to_device(tracker, random_values<float>(rng, C, -0.5f, 0.5f));
-    auto dout_d = to_device(tracker, random_values<float>(rng, n, -1.0f, 1.0f));
-    const auto dinp0 = random_values<float>(rng, n, -1.0f, 1.0f);
+    auto inp_d = to_device(tracker, random_values<T>(rng, n, -2.0f, 3.0f));
+    auto weight_d = to_device(tracker, random_values<T>(rng, C, 0.5f, 1.5f));
+    auto bias_d = to_device(tracker, random_values<T>(rng, C, -0.5f, 0.5f));
+    auto dout_d = to_device(tracker, random_values<T>(rng, n, -1.0f, 1.0f));
+    const auto dinp0 = random_values<T>(rng, n, -1.0f, 1.0f);
     const auto dweight0 = random_values<float>(rng, C, -1.0f, 1.0f);
-    auto out_d = poisoned<float>(tracker, n);
+    auto out_d = poisoned<T>(tracker, n);
     auto mean_d = poisoned<float>(tracker, static_cast<std::size_t>(N));
     auto rstd_d = poisoned<float>(tracker, static_cast<std::size_t>(N));
     layernorm_forward(dev, out_d.data(), mean_d.data(), rstd_d.data(), inp_d.data(), weight_d.data(), bias_d.data(),
                       N, C);
-    std::vector<float> first_dinp, first_dweight, first_dbias;
+    std::vector<T> first_dinp;
+    std::vector<float> first_dweight, first_dbias;
     for (int run = 0; run < 3; ++run) {
         auto dinp_d = to_device(tracker, dinp0);
         auto dweight_d = to_device(tracker, dweight0);

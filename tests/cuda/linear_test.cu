@@ -223,12 +223,18 @@ TEST_CASE("cuda Blas caches one plan per problem and records its workspace", "[c
         CHECK(blas.workspace_bytes() == expected);
         CHECK(tracker.current(MemoryCategory::workspace) == expected);
         CHECK(blas.plan_count() == 0);
-        // The workspace as scratch: as many T as fit, none past that.
-        CHECK(blas.scratch_capacity<float>() == expected / 4);
-        CHECK(blas.scratch_capacity<double>() == expected / 8);
-        CHECK(static_cast<void*>(blas.scratch<double>(expected / 8)) == blas.workspace());
-        CHECK(blas.scratch<double>(expected / 8 + 1) == nullptr);
-        CHECK(blas.scratch<float>(expected / 4 + 1) == nullptr);
+        // The workspace as scratch: as many T as fit before the ticket
+        // counter's 256 bytes, none past that; the counter starts at 0.
+        const std::size_t usable = expected - 256;
+        CHECK(blas.scratch_capacity<float>() == usable / 4);
+        CHECK(blas.scratch_capacity<double>() == usable / 8);
+        CHECK(static_cast<void*>(blas.scratch<double>(usable / 8)) == blas.workspace());
+        CHECK(blas.scratch<double>(usable / 8 + 1) == nullptr);
+        CHECK(blas.scratch<float>(usable / 4 + 1) == nullptr);
+        CHECK(static_cast<void*>(blas.ticket_counter()) == static_cast<std::byte*>(blas.workspace()) + usable);
+        unsigned ticket = 1;
+        snug::cuda::copy_to_host(&ticket, blas.ticket_counter(), 1);
+        CHECK(ticket == 0);
 
         const auto key = blas.key<snug::half, float>(Op::T, Op::N, 64, 96, 128, 64, 96, 96, false);
         const snug::cuda::MatmulPlan& first = blas.plan(key);

@@ -7,7 +7,12 @@
 // Tolerances (DESIGN.md), relative to |host| + rms(host):
 // - RMSNorm: rstd and the fp32 dweight within 1e-5 for every T (fp32 sums in
 //   another order); out and dinp within 1e-5 (fp32) or 1e-2 (16-bit: one
-//   16-bit ulp where the fp32 values straddle a rounding boundary).
+//   16-bit ulp where the fp32 values straddle a rounding boundary). The
+//   backward is LayerNorm's one launch without the mean and the bias
+//   (norm_rows.cuh), tested as layernorm_test.cu tests it: many blocks, fewer
+//   rows than SMs, C = 1600 and 2048, two slices of channels, twice over the
+//   same gradients (+=, the ticket counter back at 0), the same bits with and
+//   without a Blas and on every run.
 // - SwiGLU: only the exponential differs (expf against std::exp, an ulp or
 //   two): 1e-5 (fp32) or 1e-2 (16-bit).
 // - RoPE: cos and sin come from the same double expression on both sides and
@@ -39,16 +44,15 @@ using namespace snug::test;
 
 namespace {
 
-// with_blas: the parameter gradient's partial sums over row chunks go in the
-// Blas workspace (without it, one chunk).
 template <class T>
-void check_rmsnorm(snug::Generator& rng, std::int64_t N, int C, double eps, bool with_blas) {
-    INFO("N = " << N << ", C = " << C << ", eps = " << eps << (with_blas ? ", row chunks" : ", one row chunk"));
+void check_rmsnorm(snug::Generator& rng, std::int64_t N, int C, double eps) {
+    INFO("N = " << N << ", C = " << C << ", eps = " << eps);
     MemoryTracker tracker;
     const snug::Host host;
     snug::cuda::Blas blas(tracker);
-    Cuda dev{};
-    if (with_blas) dev.blas = &blas;
+    Cuda dev{};  // partial sums in memory from the stream's pool
+    Cuda dev_blas{};
+    dev_blas.blas = &blas;  // partial sums in the Blas workspace
     const auto n = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
     const auto rows = static_cast<std::size_t>(N);
     const auto inp = random_values<T>(rng, n, -2.0f, 3.0f);
@@ -68,18 +72,34 @@ void check_rmsnorm(snug::Generator& rng, std::int64_t N, int C, double eps, bool
     check_close(to_host(out_d), out, tolerance<T>(), "out");
     check_close(to_host(rstd_d), rstd, 1e-5, "rstd");
 
-    // The backward from the host's rstd, on both sides.
+    // The backward from the host's rstd, on both sides, twice over the same gradients.
     auto host_rstd_d = to_device(tracker, rstd);
     auto dout_d = to_device(tracker, dout);
     auto dinp_d = to_device(tracker, dinp0);
     auto dweight_d = to_device(tracker, dweight0);
-    rmsnorm_backward(dev, dinp_d.data(), dweight_d.data(), dout_d.data(), inp_d.data(), weight_d.data(),
-                     host_rstd_d.data(), N, C);
     std::vector<T> dinp = dinp0;
     std::vector<float> dweight = dweight0;
-    rmsnorm_backward(host, dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), rstd.data(), N, C);
-    check_close(to_host(dinp_d), dinp, tolerance<T>(), "dinp");
-    check_close(to_host(dweight_d), dweight, 1e-5, "dweight");
+    for (int pass = 1; pass <= 2; ++pass) {
+        INFO("backward pass " << pass);
+        rmsnorm_backward(dev_blas, dinp_d.data(), dweight_d.data(), dout_d.data(), inp_d.data(), weight_d.data(),
+                         host_rstd_d.data(), N, C);
+        rmsnorm_backward(host, dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), rstd.data(), N,
+                         C);
+        check_close(to_host(dinp_d), dinp, tolerance<T>(), "dinp");
+        check_close(to_host(dweight_d), dweight, 1e-5, "dweight");
+        unsigned ticket = 1;
+        snug::cuda::copy_to_host(&ticket, blas.ticket_counter(), 1);
+        CHECK(ticket == 0);  // the last block put it back
+    }
+
+    // Without a Blas: the same launch, the same bits.
+    auto dinp2_d = to_device(tracker, dinp0);
+    auto dweight2_d = to_device(tracker, dweight0);
+    for (int pass = 1; pass <= 2; ++pass)
+        rmsnorm_backward(dev, dinp2_d.data(), dweight2_d.data(), dout_d.data(), inp_d.data(), weight_d.data(),
+                         host_rstd_d.data(), N, C);
+    check_same_bits(to_host(dinp2_d), to_host(dinp_d), "dinp without a Blas");
+    check_same_bits(to_host(dweight2_d), to_host(dweight_d), "dweight without a Blas");
 }
 
 template <class T>
@@ -154,14 +174,13 @@ TEMPLATE_TEST_CASE("cuda rmsnorm forward and backward match the host", "[cuda][r
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     snug::Generator rng(seed);
-    // Vectorised (C a multiple of 4 floats or 8 16-bit values) and one value at a time.
-    const std::pair<std::int64_t, int> sizes[] = {{1, 1},     {3, 1},    {1, 37}, {7, 100}, {64, 768},
-                                                  {1000, 33}, {5, 1601}, {2, 8},  {9, 1000}};
-    for (const auto& [N, C] : sizes) {
-        check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps, false);
-        check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps, true);
-    }
-    check_rmsnorm<TestType>(rng, 9, 65, 1e-6, true);  // Llama 1's eps
+    // Vectorised (C a multiple of 4 floats or 8 16-bit values) and one value
+    // at a time; many blocks, fewer rows than SMs, one row; two slices.
+    const std::pair<std::int64_t, int> sizes[] = {{1, 1},    {3, 1},     {1, 37},    {7, 100},  {64, 768},
+                                                  {1000, 33}, {5, 1601},  {2, 8},     {9, 1000}, {4099, 64},
+                                                  {100, 40},  {1, 2048},  {33, 1600}, {2, 60000}, {2, 60001}};
+    for (const auto& [N, C] : sizes) check_rmsnorm<TestType>(rng, N, C, snug::ops::rmsnorm_eps);
+    check_rmsnorm<TestType>(rng, 9, 65, 1e-6);  // Llama 1's eps
 }
 
 TEST_CASE("cuda rmsnorm backward is deterministic, on a stream of its own", "[cuda][rmsnorm]") {
@@ -173,7 +192,7 @@ TEST_CASE("cuda rmsnorm backward is deterministic, on a stream of its own", "[cu
     snug::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     snug::cuda::Blas blas(tracker);
     Cuda dev{stream};
-    dev.blas = &blas;  // 17 row chunks for the parameter gradient
+    dev.blas = &blas;  // 33 blocks of 32 rows at a time, then the last block's sum
     const std::int64_t N = 1031;
     const int C = 320;
     const auto n = static_cast<std::size_t>(N) * C;

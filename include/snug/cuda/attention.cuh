@@ -297,18 +297,9 @@ inline void check_attention(const char* op, int B, int T_, int C, int NH) {
     check_query_rows(op, B, T_, NH);
 }
 
-// `bytes` of dynamic shared memory for `kernel`, raising the kernel's limit
-// past the default 48 KiB when they need it.
-template <class Kernel>
-std::size_t dynamic_shared_bytes(Kernel kernel, std::size_t bytes) {
-    if (bytes > LaunchLimits::default_shared_bytes) {
-        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    }
-    return bytes;
-}
-
 // Dynamic shared memory of `kernel` for `floats` floats (a long sequence's
-// rows may need more than the default 48 KiB).
+// rows may need more than the default 48 KiB; shared_memory.hpp's
+// dynamic_shared_bytes raises the limit).
 template <class Kernel>
 std::size_t attention_shared_bytes(Kernel kernel, std::int64_t floats) {
     return dynamic_shared_bytes(kernel, static_cast<std::size_t>(floats) * sizeof(float));

@@ -3,6 +3,8 @@
 // one plan (descriptor, layouts, the heuristic's algorithm) per problem, and
 // offers a row-major matmul: C = alpha op(A) op(B) + beta C (+ bias), fp32
 // accumulation, A and B in float / half / bfloat16, C in their type or float.
+// The workspace doubles as scratch for kernels on the same stream, and its
+// last bytes hold a counter kept at zero between kernels (a grid's ticket).
 // Plain C++ over the CUDA headers: no kernels here.
 #pragma once
 
@@ -126,16 +128,23 @@ struct MatmulPlan {
 // - Bound to the device that is current at construction. Not thread-safe,
 //   and the workspace is shared by every call: use one Blas per stream that
 //   runs GEMMs concurrently with another. Between matmuls the workspace may
-//   serve as scratch for kernels queued on the same stream (workspace()).
+//   serve as scratch for kernels queued on the same stream (scratch()).
+// - Its last counter_bytes are neither cuBLASLt's nor scratch: ticket_counter()
+//   (zeroed here, and left zero by every kernel that takes tickets from it).
 // - Neither copyable nor movable: device tags point at it.
 class Blas {
 public:
     // Pointers matmul receives must be aligned to this many bytes.
     static constexpr std::size_t required_alignment = 16;
+    // The end of the workspace kept for ticket_counter() (a multiple of 256,
+    // so that what comes before it keeps cudaMalloc's alignment).
+    static constexpr std::size_t counter_bytes = 256;
 
     explicit Blas(MemoryTracker& tracker, std::source_location loc = std::source_location::current()) {
         workspace_ = Buffer<std::byte, Cuda>(tracker, MemoryCategory::workspace, workspace_bytes_for_current_device(loc),
                                              "cuBLASLt workspace");
+        check(cudaMemset(ticket_counter(), 0, counter_bytes), loc);
+        check(cudaStreamSynchronize(nullptr), loc);  // before any stream, a non-blocking one too, may use it
         check(cublasLtCreate(&handle_), loc);
     }
 
@@ -170,6 +179,7 @@ public:
 
     cublasLtHandle_t handle() const noexcept { return handle_; }
     void* workspace() noexcept { return workspace_.data(); }
+    // The whole allocation (what the tracker records and a memory plan counts).
     std::size_t workspace_bytes() const noexcept { return workspace_.bytes(); }
     // The workspace as `count` T of scratch for kernels queued on this Blas's
     // stream between GEMMs (memory already held and tracked); nullptr when it
@@ -178,11 +188,18 @@ public:
     T* scratch(std::size_t count) noexcept {
         return count <= scratch_capacity<T>() ? reinterpret_cast<T*>(workspace_.data()) : nullptr;
     }
-    // How many T the workspace holds.
+    // How many T the workspace holds before ticket_counter()'s bytes (cuBLASLt
+    // gets the same part of it).
     template <class T>
     std::size_t scratch_capacity() const noexcept {
-        return workspace_.bytes() / sizeof(T);
+        return usable_bytes() / sizeof(T);
     }
+    // A device counter that reads 0 between kernels on this Blas's stream: the
+    // ticket a grid's blocks take when each adds a partial result and the last
+    // one to finish combines them (norm_rows.cuh). A kernel that takes tickets
+    // leaves it 0 (atomicInc with the grid's size wraps it there), so no
+    // memset runs before each launch; one stream at a time, as for scratch().
+    unsigned* ticket_counter() noexcept { return reinterpret_cast<unsigned*>(workspace_.data() + usable_bytes()); }
     // Number of cached plans (found or not).
     std::size_t plan_count() const noexcept { return plans_.size(); }
 
@@ -325,7 +342,7 @@ private:
         cublasLtMatmulPreference_t pref_raw = nullptr;
         check(cublasLtMatmulPreferenceCreate(&pref_raw), loc);
         const detail::PreferencePtr pref(pref_raw);
-        const std::uint64_t max_workspace = workspace_.bytes();
+        const std::uint64_t max_workspace = usable_bytes();
         check(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                    &max_workspace, sizeof(max_workspace)),
               loc);
@@ -362,6 +379,8 @@ private:
         }
         return p;
     }
+
+    std::size_t usable_bytes() const noexcept { return workspace_.bytes() - counter_bytes; }
 
     template <class V>
     static void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value,

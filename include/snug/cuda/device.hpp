@@ -1,11 +1,15 @@
 // The CUDA device tag snug::cuda::Device, alias snug::Cuda (raw device
-// allocation, the stream work runs on), and the checked host <-> device copies.
+// allocation, the stream work runs on), what launchers size grids by
+// (device_facts: SM count, shared memory per block), and the checked
+// host <-> device copies.
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
 
+#include <array>
 #include <concepts>
 #include <cstddef>
+#include <mutex>
 #include <source_location>
 #include <span>
 #include <string>
@@ -74,6 +78,32 @@ struct Device {
     // CudaError if any of it failed.
     void synchronize() const { check(cudaStreamSynchronize(stream)); }
 };
+
+// What launchers size their grids by, of one device.
+struct DeviceFacts {
+    int multiprocessors = 0;                 // SMs (132 on an H100 SXM or H200; the emulator says 132)
+    std::size_t shared_per_block_optin = 0;  // bytes of shared memory a block may opt in to (227 KiB on sm_90)
+};
+
+// The current device's facts: asked of the runtime once per device, then
+// cached (thread-safe). Throws CudaError when the runtime cannot answer.
+inline DeviceFacts device_facts(std::source_location loc = std::source_location::current()) {
+    constexpr int cached_devices = 64;
+    static std::mutex mutex;
+    static std::array<DeviceFacts, cached_devices> cache{};
+    int device = 0;
+    check(cudaGetDevice(&device), loc);
+    const std::lock_guard lock(mutex);
+    DeviceFacts* slot = device >= 0 && device < cached_devices ? &cache[static_cast<std::size_t>(device)] : nullptr;
+    if (slot != nullptr && slot->multiprocessors > 0) return *slot;
+    DeviceFacts facts;
+    int shared = 0;
+    check(cudaDeviceGetAttribute(&facts.multiprocessors, cudaDevAttrMultiProcessorCount, device), loc);
+    check(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), loc);
+    facts.shared_per_block_optin = static_cast<std::size_t>(shared);
+    if (slot != nullptr) *slot = facts;
+    return facts;
+}
 
 }  // namespace snug::cuda
 

@@ -41,7 +41,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/cuda/async_copy.hpp"
-#include "snug/cuda/attention.cuh"  // check_query_rows, dynamic_shared_bytes
+#include "snug/cuda/attention.cuh"  // check_query_rows
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // CudaFloat

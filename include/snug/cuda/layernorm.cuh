@@ -1,8 +1,8 @@
 // The CUDA LayerNorm over the last dimension (PyTorch semantics: biased
 // variance, eps = 1e-5, affine weight and bias), forward and backward, with
-// fp32 statistics and a deterministic backward; 128-bit loads and stores
-// where C and the pointers allow (one element at a time otherwise), and the
-// parameter gradients over row chunks (both from norm_rows.cuh).
+// fp32 statistics and a deterministic backward in one launch; 128-bit loads
+// and stores where C and the pointers allow (one element at a time otherwise).
+// The backward kernel is norm_rows.cuh's, shared with RMSNorm.
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
@@ -94,53 +94,6 @@ __global__ void __launch_bounds__(norm_rows_per_block * 32)
     }
 }
 
-// dinp += (g - mean_c(g) - xhat * mean_c(g * xhat)) * rstd per row, with
-// g = weight * dout and xhat = (inp - mean) * rstd; one warp per row.
-template <class T, int W>
-__global__ void __launch_bounds__(norm_rows_per_block * 32)
-    layernorm_backward_input_kernel(T* dinp,            // (N, C) +=
-                                    const T* dout,      // (N, C)
-                                    const T* inp,       // (N, C)
-                                    const T* weight,    // (C)
-                                    const float* mean,  // (N)
-                                    const float* rstd,  // (N)
-                                    std::int64_t N, int C) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int vecs = C / W;
-    const float inv_c = 1.0f / static_cast<float>(C);
-    const std::int64_t stride = std::int64_t{gridDim.x} * norm_rows_per_block;
-    for (std::int64_t row = std::int64_t{blockIdx.x} * norm_rows_per_block + threadIdx.x / 32; row < N;
-         row += stride) {
-        const T* x = inp + row * C;
-        const T* dy = dout + row * C;
-        const float m = mean[row], rs = rstd[row];
-        float g_sum = 0.0f, gx_sum = 0.0f;
-        for (int v = lane; v < vecs; v += 32) {
-            const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
-#pragma unroll
-            for (int j = 0; j < W; ++j) {
-                const float g = static_cast<float>(wv.v[j]) * static_cast<float>(dv.v[j]);
-                g_sum += g;
-                gx_sum += g * ((static_cast<float>(xv.v[j]) - m) * rs);
-            }
-        }
-        const float g_mean = warp_sum(g_sum) * inv_c;
-        const float gx_mean = warp_sum(gx_sum) * inv_c;
-        T* dx = dinp + row * C;
-        for (int v = lane; v < vecs; v += 32) {
-            const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
-            Vec<T, W> acc = load_vec<T, W>(dx, v);
-#pragma unroll
-            for (int j = 0; j < W; ++j) {
-                const float xhat = (static_cast<float>(xv.v[j]) - m) * rs;
-                const float g = static_cast<float>(wv.v[j]) * static_cast<float>(dv.v[j]);
-                acc.v[j] = T(static_cast<float>(acc.v[j]) + (g - g_mean - xhat * gx_mean) * rs);
-            }
-            reinterpret_cast<Vec<T, W>*>(dx)[v] = acc;
-        }
-    }
-}
-
 template <bool Add, class T>
 void launch_layernorm_forward(const Device& dev, T* out, float* mean, float* rstd, const T* inp, const T* residual,
                               T* sum, const T* weight, const T* bias, std::int64_t N, int C) {
@@ -198,10 +151,13 @@ void residual_layernorm_forward(const Device& dev, T* out,  // (N, C)
 
 // With xhat = (inp - mean) * rstd and g = weight * dout, per row:
 //   dinp    += (g - mean_c(g) - xhat * mean_c(g * xhat)) * rstd   (T, accumulates)
-//   dweight += sum_n dout * xhat,  dbias += sum_n dout               (fp32)
-// Deterministic: fixed reduction trees, one owner per output element, the
-// parameter gradients' row chunks (norm_rows.cuh's norm_backward_params) added in
-// order. Throws ShapeError for a negative size or C == 0.
+//   dweight += sum_n dout * xhat,  dbias += sum_n dout               (fp32, accumulate)
+// One launch (norm_rows.cuh's norm_backward): a warp per row, each block's
+// partial sums of dweight and dbias added by the last block to finish, in
+// block order. Deterministic: the same bits every run on a given GPU (the
+// grid follows its SM count). The partial sums go in the Blas workspace when
+// the tag has a Blas, else in memory from the stream's pool. Throws
+// ShapeError for a negative size or C == 0.
 template <CudaFloat T>
 void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         float* dweight,              // (C) +=
@@ -214,16 +170,7 @@ void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         std::int64_t N, int C) {
     ops::check_layernorm("layernorm_backward", N, C);
     if (N == 0) return;
-    const auto run = [&]<int W>() {
-        launch<detail::layernorm_backward_input_kernel<T, W>>(detail::norm_row_blocks(N),
-                                                              detail::norm_rows_per_block * 32, 0, dev.stream, dinp,
-                                                              dout, inp, weight, mean, rstd, N, C);
-    };
-    if (detail::norm_vectorised<T>(C, {dinp, dout, inp, weight}))
-        run.template operator()<detail::norm_vec<T>>();
-    else
-        run.template operator()<1>();
-    detail::norm_backward_params<true>(dev, dweight, dbias, dout, inp, mean, rstd, N, C);
+    detail::norm_backward<true>(dev, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 }  // namespace snug::cuda

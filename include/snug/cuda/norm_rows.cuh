@@ -1,23 +1,26 @@
 // What LayerNorm and RMSNorm on CUDA share (layernorm.cuh, rmsnorm.cuh): the
-// 16-byte vectors their row kernels move, and the parameter gradients summed
-// over row chunks, deterministically, with the partial sums in the Blas
-// workspace:
+// 16-byte vectors their row kernels move, and their whole backward in one
+// launch that reads its inputs once and sums the parameter gradients
+// deterministically:
+//   dinp[n, :] += (g - mean_c(g) - xhat * mean_c(g * xhat)) * rstd[n]   g = weight * dout[n, :]
 //   dweight[c] += sum_n dout[n, c] xhat[n, c]     xhat = (inp - mean) rstd, or inp rstd without a mean
-//   dbias[c]   += sum_n dout[n, c]                 (LayerNorm only)
+//   dbias[c]   += sum_n dout[n, c]                 (LayerNorm only; RMSNorm drops mean_c(g) too)
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
 #include "snug/cuda/blas.hpp"
+#include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/elementwise.cuh"  // Vec, vec_aligned
 #include "snug/cuda/launch.hpp"
-#include "snug/cuda/linear.cuh"  // bias_grad_finish_kernel
+#include "snug/cuda/limits.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
 
@@ -25,7 +28,7 @@ namespace snug::cuda::detail {
 
 // T (every kernel template below): float, snug::bfloat16 or snug::half; math in fp32.
 
-// Row kernels: one warp per row, this many rows per block.
+// Forward row kernels: one warp per row, this many rows per block.
 inline constexpr int norm_rows_per_block = 8;
 
 inline unsigned norm_row_blocks(std::int64_t N) {
@@ -54,118 +57,247 @@ bool norm_vectorised(int C, std::initializer_list<const T*> pointers) {
     return true;
 }
 
-// The parameter gradients in two deterministic steps (a fixed order of
-// additions for given N, C and chunk count; no atomics):
-// 1. norm_backward_params_kernel: block (x, y) owns channels 32Wx ..
-//    32W(x + 1) - 1 (W per lane, so a warp reads 32W consecutive channels of
-//    a row) over row chunk y: row lane k sums rows begin + k, begin + k + 16,
-//    ... in order, then row lane 0 adds the 16 lane sums in order. With one
-//    chunk it adds the totals into the gradients; with several it writes them
-//    to partial[y, c] (dweight's) and partial[chunks + y, c] (dbias's).
-// 2. bias_grad_finish_kernel (linear.cuh), once for each: the chunks' partial
-//    sums in chunk order, added to the gradient.
-// Chunks of about 64 rows, at most 256 and what the Blas workspace holds:
-// (C / 32W) x chunks blocks fill a large GPU where C / 32 blocks walking
-// every row (24 at C = 768) would leave it mostly idle.
-inline constexpr int norm_row_lanes = 16;
-inline constexpr std::int64_t norm_params_rows_per_chunk = 64;
-inline constexpr std::int64_t norm_params_max_chunks = 256;
+// ---- the backward ------------------------------------------------------------------
+//
+// One launch, norm_backward_kernel, where there were four (the input
+// gradient, the parameter gradients over row chunks, two launches adding the
+// chunks): it reads dinp once, and each row's dout and inp twice in a row
+// (the second time from cache: a row is a few KiB):
+// - Block b owns rows [N b / G, N (b + 1) / G) of a grid of G blocks; its
+//   warp w takes the block's rows w, w + warps, ... one at a time: a first
+//   pass over the row gives its two means, a second adds to dinp and adds the
+//   row's dout xhat and dout into the warp's own partial sums of dweight and
+//   dbias, which live in shared memory (P floats per channel: P = 2 with a
+//   bias, 1 without), so that registers do not grow with C.
+// - The block then adds its warps' sums in warp order, writes them as its row
+//   of `partial` (G x P x C floats), and takes a ticket (atomicInc on a counter
+//   that is 0 between launches). The block that draws the last ticket adds the
+//   G rows in block order into dweight and dbias; atomicInc wraps the counter
+//   back to 0 for the next launch.
+// Every sum has a fixed order for given N, C and launch shape (G, warps,
+// slice below), so the results are the same bits every run; the launch shape
+// follows the GPU's SM count and shared memory, so another GPU may round
+// differently (within the tolerances).
+//
+// Launch shape (norm_backward_shape):
+// - G = one block per SM (fewer when N is small, or when the scratch holds
+//   fewer partial rows): enough rows per block that G partial rows, which the
+//   last block adds alone, stay a small part of the traffic (132 x 2 x 768
+//   floats, 0.8 MB, at GPT-2 124M's C on an H100 or H200, against 100 MB of
+//   rows at B 16, T 1024 in bf16).
+// - Each block as many warps (at most 32) as the shared memory a block may opt
+//   in to holds partial sums for (P C floats each): 32 at C = 768 on sm_90
+//   (192 KiB), 18 at C = 1600 with a bias, 28 at C = 2048 without; about half
+//   that on sm_86/89's 99 KiB. With one block per SM, that is the SM's shared memory.
+// - Where one warp's sums do not fit (C > 29056 with a bias on sm_90), the
+//   channels go in slices, one warp per block: each slice walks the block's
+//   rows again (the means need the whole row, so its first pass repeats).
+inline constexpr int norm_backward_max_warps = 32;
 
-// Centered: LayerNorm (xhat uses mean; dbias too); else RMSNorm (no mean, no bias).
-template <class T, int W, bool Centered>
-__global__ void __launch_bounds__(32 * norm_row_lanes)
-    norm_backward_params_kernel(float* dweight,     // (C) += when gridDim.y == 1
-                                float* dbias,       // (C) += when gridDim.y == 1 and Centered
-                                float* partial,     // (2 gridDim.y, C) otherwise
-                                const T* dout,      // (N, C)
-                                const T* inp,       // (N, C)
-                                const float* mean,  // (N) when Centered
-                                const float* rstd,  // (N)
-                                std::int64_t N, int C) {
-    struct Parts {
-        float w[norm_row_lanes][32 * W];
-        float b[norm_row_lanes][32 * W];
-    };
-    Parts& parts = block_shared<Parts>();
-    auto& part_w = parts.w;
-    auto& part_b = parts.b;
-    const int lane = static_cast<int>(threadIdx.x);
-    const int row_lane = static_cast<int>(threadIdx.y);
-    const int c0 = (static_cast<int>(blockIdx.x) * 32 + lane) * W;  // this lane's W channels
-    const std::int64_t chunks = gridDim.y;
-    const std::int64_t begin = N * blockIdx.y / chunks;
-    const std::int64_t end = N * (blockIdx.y + 1) / chunks;
-    float sw[W] = {}, sb[W] = {};
-    if (c0 < C) {
-        for (std::int64_t n = begin + row_lane; n < end; n += norm_row_lanes) {
-            const Vec<T, W> dv = load_vec<T, W>(dout + n * C, c0 / W), xv = load_vec<T, W>(inp + n * C, c0 / W);
-            const float m = Centered ? mean[n] : 0.0f, rs = rstd[n];
+// p[0, W) += c in shared memory, 16 bytes per access where W allows (p is
+// aligned to them).
+template <int W>
+__device__ __forceinline__ void add_sums(float* p, const float (&c)[W]) {
+    constexpr int A = W < 4 ? W : 4;
 #pragma unroll
-            for (int j = 0; j < W; ++j) {
-                const float d = static_cast<float>(dv.v[j]);
-                sw[j] += d * ((static_cast<float>(xv.v[j]) - m) * rs);
-                if constexpr (Centered) sb[j] += d;
+    for (int j0 = 0; j0 < W; j0 += A) {
+        auto& s = *reinterpret_cast<Vec<float, A>*>(p + j0);
+        Vec<float, A> t = s;
+#pragma unroll
+        for (int j = 0; j < A; ++j) t.v[j] += c[j0 + j];
+        s = t;
+    }
+}
+
+struct NormBackwardShape {
+    unsigned blocks = 1;  // G
+    int warps = 1;        // per block
+    int slice = 1;        // channels of partial sums per warp: C, or a multiple of 32 W
+    std::size_t shared_bytes = 0;
+};
+
+// P: floats of partial sums per channel (2 with a bias); W: channels per
+// vector; sms, shared_optin: device_facts(); max_blocks: the partial rows the
+// scratch holds (at least 1). N > 0, C > 0.
+inline NormBackwardShape norm_backward_shape(std::int64_t N, int C, int P, int W, int sms, std::size_t shared_optin,
+                                             std::int64_t max_blocks) {
+    NormBackwardShape s;
+    const auto per_channel = static_cast<std::int64_t>(P * sizeof(float));
+    const std::int64_t fits = static_cast<std::int64_t>(shared_optin) / per_channel;  // channels of one block
+    if (C <= fits) {
+        s.slice = C;
+        s.warps = static_cast<int>(std::min<std::int64_t>(norm_backward_max_warps, fits / C));
+    } else {
+        s.warps = 1;
+        s.slice = static_cast<int>(std::max<std::int64_t>(1, fits / (32 * W)) * 32 * W);
+    }
+    const std::int64_t wanted = std::min<std::int64_t>(sms, (N + s.warps - 1) / s.warps);
+    s.blocks = static_cast<unsigned>(std::clamp<std::int64_t>(std::min(wanted, max_blocks), 1, sms));
+    s.shared_bytes = static_cast<std::size_t>(s.warps) * static_cast<std::size_t>(s.slice) * per_channel;
+    return s;
+}
+
+// Centered: LayerNorm (xhat uses mean; dbias; dinp subtracts mean_c(g));
+// else RMSNorm (no mean, no bias). Launched with warps x 32 threads, G blocks,
+// warps x P x slice floats of dynamic shared memory; `ticket` is 0 on entry
+// and left 0. The row loops are not unrolled: at 1024 threads a thread has 64
+// registers, and nvcc's own unrolling of RMSNorm's lighter loops spilled on
+// sm_86; 32 warps of an SM keep enough 16-byte loads in flight without it.
+template <class T, int W, bool Centered>
+__global__ void __launch_bounds__(norm_backward_max_warps * 32)
+    norm_backward_kernel(T* dinp,             // (N, C) +=
+                         float* dweight,      // (C) +=
+                         float* dbias,        // (C) += when Centered, else unused
+                         float* partial,      // (gridDim.x, P, C) scratch
+                         unsigned* ticket,    // (1) device counter, 0 between launches
+                         const T* dout,       // (N, C)
+                         const T* inp,        // (N, C)
+                         const T* weight,     // (C)
+                         const float* mean,   // (N) when Centered, else unused
+                         const float* rstd,   // (N)
+                         std::int64_t N, int C, int slice) {
+    constexpr int P = Centered ? 2 : 1;
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    const int warps = static_cast<int>(blockDim.x / 32);
+    // This warp's sums over the current slice: dweight's `slice` floats, then dbias's.
+    float* const sums = dynamic_shared<float>();
+    float* const acc = sums + std::int64_t{warp} * P * slice;
+    const std::int64_t begin = N * blockIdx.x / gridDim.x;
+    const std::int64_t end = N * (blockIdx.x + 1) / gridDim.x;
+    const int vecs = C / W;
+    const float inv_c = 1.0f / static_cast<float>(C);
+    float* const block_partial = partial + std::int64_t{blockIdx.x} * P * C;
+
+    for (int s0 = 0; s0 < C; s0 += slice) {
+        const int v0 = s0 / W;                    // the slice's vectors: [v0, v1)
+        const int v1 = (slice < C - s0 ? s0 + slice : C) / W;
+        for (int i = lane; i < (v1 - v0) * W; i += 32) {
+            acc[i] = 0.0f;
+            if constexpr (Centered) acc[slice + i] = 0.0f;
+        }
+        for (std::int64_t row = begin + warp; row < end; row += warps) {
+            const T* x = inp + row * C;
+            const T* dy = dout + row * C;
+            const float m = Centered ? mean[row] : 0.0f;
+            const float rs = rstd[row];
+            // Pass 1, the whole row: mean_c(g) and mean_c(g * xhat).
+            float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma unroll 1
+            for (int v = lane; v < vecs; v += 32) {
+                const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
+#pragma unroll
+                for (int j = 0; j < W; ++j) {
+                    const float g = static_cast<float>(wv.v[j]) * static_cast<float>(dv.v[j]);
+                    if constexpr (Centered) g_sum += g;
+                    gx_sum += g * ((static_cast<float>(xv.v[j]) - m) * rs);
+                }
+            }
+            const float g_mean = Centered ? warp_sum(g_sum) * inv_c : 0.0f;
+            const float gx_mean = warp_sum(gx_sum) * inv_c;
+            // Pass 2, the slice: dinp, and the parameter gradients' sums.
+            T* dx = dinp + row * C;
+#pragma unroll 1
+            for (int v = v0 + lane; v < v1; v += 32) {
+                const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
+                Vec<T, W> d = load_vec<T, W>(dx, v);
+                float dw[W], db[W];
+#pragma unroll
+                for (int j = 0; j < W; ++j) {
+                    const float dyj = static_cast<float>(dv.v[j]);
+                    const float xhat = (static_cast<float>(xv.v[j]) - m) * rs;
+                    const float g = static_cast<float>(wv.v[j]) * dyj;
+                    const float g_centred = Centered ? g - g_mean : g;
+                    d.v[j] = T(static_cast<float>(d.v[j]) + (g_centred - xhat * gx_mean) * rs);
+                    dw[j] = dyj * xhat;
+                    db[j] = dyj;
+                }
+                reinterpret_cast<Vec<T, W>*>(dx)[v] = d;
+                add_sums<W>(acc + (v - v0) * W, dw);
+                if constexpr (Centered) add_sums<W>(acc + slice + (v - v0) * W, db);
             }
         }
-    }
+        __syncthreads();
+        // The block's sums, its warps' in warp order, as its row of `partial`.
+        for (int i = static_cast<int>(threadIdx.x); i < (v1 - v0) * W; i += static_cast<int>(blockDim.x)) {
 #pragma unroll
-    for (int j = 0; j < W; ++j) {
-        part_w[row_lane][lane * W + j] = sw[j];
-        part_b[row_lane][lane * W + j] = sb[j];
+            for (int p = 0; p < P; ++p) {
+                float total = 0.0f;
+                for (int w = 0; w < warps; ++w) total += sums[(std::int64_t{w} * P + p) * slice + i];
+                block_partial[std::int64_t{p} * C + s0 + i] = total;
+            }
+        }
+        __syncthreads();  // before the next slice's zeros
     }
+
+    // Every thread's partial stores are visible device-wide before thread 0
+    // takes the block's ticket; the block that takes the last one (G - 1)
+    // finishes, and atomicInc wraps the counter back to 0.
+    __threadfence();
     __syncthreads();
-    if (row_lane != 0 || c0 >= C) return;
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < norm_row_lanes; ++k) {
-            tw += part_w[k][lane * W + j];
-            tb += part_b[k][lane * W + j];
-        }
-        const int c = c0 + j;
-        if (chunks == 1) {
-            dweight[c] += tw;
-            if constexpr (Centered) dbias[c] += tb;
-        } else {
-            partial[blockIdx.y * std::int64_t{C} + c] = tw;
-            if constexpr (Centered) partial[(chunks + blockIdx.y) * std::int64_t{C} + c] = tb;
-        }
+    const bool last = __syncthreads_or(threadIdx.x == 0 && atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1) != 0;
+    if (!last) return;
+    __threadfence();  // the other blocks' rows, read below, after their tickets
+    const int row_floats = P * C;
+    for (int i = static_cast<int>(threadIdx.x); i < row_floats; i += static_cast<int>(blockDim.x)) {
+        float total = 0.0f;
+#pragma unroll 8
+        for (unsigned b = 0; b < gridDim.x; ++b) total += __ldcg(partial + std::int64_t{b} * row_floats + i);
+        if (Centered && i >= C)
+            dbias[i - C] += total;
+        else
+            dweight[i] += total;
     }
 }
 
-// Row chunks for the parameter gradients of N rows of C channels: about 64
-// rows each, at most 256, at most what `scratch_floats` holds (2 x C floats
-// a chunk); 1 without scratch.
-inline int norm_params_chunks(std::int64_t N, int C, std::size_t scratch_floats) {
-    const std::int64_t fits = static_cast<std::int64_t>(scratch_floats) / (2 * std::int64_t{C});
-    const std::int64_t wanted = (N + norm_params_rows_per_chunk - 1) / norm_params_rows_per_chunk;
-    return static_cast<int>(std::max<std::int64_t>(1, std::min({wanted, norm_params_max_chunks, fits})));
-}
-
-// Launches both steps on dev.stream, W channels per lane (W: norm_vec<T>, or 1
-// when C or the pointers do not allow it); dbias and mean only when Centered.
-// Partial sums in dev.blas's workspace; without a Blas, one chunk.
+// Launches norm_backward_kernel on dev.stream, W channels per lane (norm_vec<T>
+// where C and the pointers allow, else 1); dbias and mean only when Centered.
+// The partial rows go in dev.blas's scratch, the ticket in its
+// ticket_counter(); without a Blas (or with one whose scratch holds no
+// partial row), in stream-ordered memory from the runtime's pool, its counter
+// zeroed first, freed on the same stream. N > 0, C > 0.
 template <bool Centered, class T>
-void norm_backward_params(const Device& dev, float* dweight, float* dbias, const T* dout, const T* inp,
-                          const float* mean, const float* rstd, std::int64_t N, int C) {
-    const int chunks = norm_params_chunks(N, C, dev.blas != nullptr ? dev.blas->scratch_capacity<float>() : 0);
-    float* partial = dev.blas != nullptr ? dev.blas->scratch<float>(2 * static_cast<std::size_t>(chunks) * C) : nullptr;
-    const auto run = [&]<int W>() {
-        const dim3 grid(static_cast<unsigned>((C + 32 * W - 1) / (32 * W)), static_cast<unsigned>(chunks));
-        launch<norm_backward_params_kernel<T, W, Centered>>(grid, dim3(32, norm_row_lanes), 0, dev.stream, dweight,
-                                                            dbias, partial, dout, inp, mean, rstd, N, C);
+void norm_backward(const Device& dev, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                   const T* weight, const float* mean, const float* rstd, std::int64_t N, int C) {
+    constexpr int P = Centered ? 2 : 1;
+    const bool vectorised = norm_vectorised<T>(C, {dinp, dout, inp, weight});
+    const int W = vectorised ? norm_vec<T> : 1;
+    const DeviceFacts facts = device_facts();
+    const auto row_floats = static_cast<std::size_t>(P) * static_cast<std::size_t>(C);
+    // Partial rows the Blas workspace holds (0: none, or no Blas).
+    const std::size_t scratch_rows = dev.blas != nullptr ? dev.blas->scratch_capacity<float>() / row_floats : 0;
+    const NormBackwardShape shape = norm_backward_shape(
+        N, C, P, W, facts.multiprocessors, facts.shared_per_block_optin,
+        scratch_rows > 0 ? static_cast<std::int64_t>(std::min<std::size_t>(scratch_rows, INT_MAX)) : INT_MAX);
+    const auto run = [&]<int V>(float* partial, unsigned* ticket) {
+        const std::size_t shared = dynamic_shared_bytes(norm_backward_kernel<T, V, Centered>, shape.shared_bytes);
+        launch<norm_backward_kernel<T, V, Centered>>(shape.blocks, static_cast<unsigned>(shape.warps * 32), shared,
+                                                     dev.stream, dinp, dweight, dbias, partial, ticket, dout, inp,
+                                                     weight, mean, rstd, N, C, shape.slice);
     };
-    if (norm_vectorised<T>(C, {dout, inp}))
-        run.template operator()<norm_vec<T>>();
-    else
-        run.template operator()<1>();
-    if (chunks > 1) {
-        const auto finish_blocks = static_cast<unsigned>((C + 255) / 256);
-        launch<bias_grad_finish_kernel<float>>(finish_blocks, 256, 0, dev.stream, dweight, partial, chunks, C);
-        if constexpr (Centered)
-            launch<bias_grad_finish_kernel<float>>(finish_blocks, 256, 0, dev.stream, dbias,
-                                                   partial + std::int64_t{chunks} * C, chunks, C);
+    const auto dispatch = [&](float* partial, unsigned* ticket) {
+        if (vectorised)
+            run.template operator()<norm_vec<T>>(partial, ticket);
+        else
+            run.template operator()<1>(partial, ticket);
+    };
+    if (scratch_rows > 0) {
+        dispatch(dev.blas->scratch<float>(shape.blocks * row_floats), dev.blas->ticket_counter());
+        return;
     }
+    // The counter, then the partial rows 256 bytes on (cudaMalloc's alignment).
+    constexpr std::size_t header = 256;
+    void* memory = nullptr;
+    check(cudaMallocAsync(&memory, header + sizeof(float) * shape.blocks * row_floats, dev.stream));
+    try {
+        auto* ticket = static_cast<unsigned*>(memory);
+        check(cudaMemsetAsync(ticket, 0, sizeof(unsigned), dev.stream));
+        dispatch(reinterpret_cast<float*>(static_cast<std::byte*>(memory) + header), ticket);
+    } catch (...) {
+        (void)cudaFreeAsync(memory, dev.stream);
+        throw;
+    }
+    check(cudaFreeAsync(memory, dev.stream));
 }
 
 }  // namespace snug::cuda::detail

@@ -1,8 +1,8 @@
 // The CUDA RMSNorm over the last dimension (Llama's: no mean subtraction, no
 // bias; snug/ops/rmsnorm.hpp), forward and backward, with an fp32 rstd and a
-// deterministic backward. Laid out as layernorm.cuh: one warp per row,
-// 16-byte loads and stores where C and the pointers allow, and the parameter
-// gradient over row chunks (norm_rows.cuh).
+// deterministic backward in one launch. Laid out as layernorm.cuh: one warp
+// per row, 16-byte loads and stores where C and the pointers allow; the
+// backward kernel is norm_rows.cuh's, shared with LayerNorm.
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
@@ -61,48 +61,6 @@ __global__ void __launch_bounds__(norm_rows_per_block * 32)
     }
 }
 
-// dinp += (g - xhat * mean_c(g * xhat)) * rstd per row, with g = weight * dout
-// and xhat = inp * rstd; one warp per row.
-template <class T, int W>
-__global__ void __launch_bounds__(norm_rows_per_block * 32)
-    rmsnorm_backward_input_kernel(T* dinp,            // (N, C) +=
-                                  const T* dout,      // (N, C)
-                                  const T* inp,       // (N, C)
-                                  const T* weight,    // (C)
-                                  const float* rstd,  // (N)
-                                  std::int64_t N, int C) {
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int vecs = C / W;
-    const float inv_c = 1.0f / static_cast<float>(C);
-    const std::int64_t stride = std::int64_t{gridDim.x} * norm_rows_per_block;
-    for (std::int64_t row = std::int64_t{blockIdx.x} * norm_rows_per_block + threadIdx.x / 32; row < N;
-         row += stride) {
-        const T* x = inp + row * C;
-        const T* dy = dout + row * C;
-        const float rs = rstd[row];
-        float gx_sum = 0.0f;
-        for (int v = lane; v < vecs; v += 32) {
-            const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
-#pragma unroll
-            for (int j = 0; j < W; ++j)
-                gx_sum += static_cast<float>(wv.v[j]) * static_cast<float>(dv.v[j]) * (static_cast<float>(xv.v[j]) * rs);
-        }
-        const float gx_mean = warp_sum(gx_sum) * inv_c;
-        T* dx = dinp + row * C;
-        for (int v = lane; v < vecs; v += 32) {
-            const Vec<T, W> xv = load_vec<T, W>(x, v), dv = load_vec<T, W>(dy, v), wv = load_vec<T, W>(weight, v);
-            Vec<T, W> acc = load_vec<T, W>(dx, v);
-#pragma unroll
-            for (int j = 0; j < W; ++j) {
-                const float xhat = static_cast<float>(xv.v[j]) * rs;
-                const float g = static_cast<float>(wv.v[j]) * static_cast<float>(dv.v[j]);
-                acc.v[j] = T(static_cast<float>(acc.v[j]) + (g - xhat * gx_mean) * rs);
-            }
-            reinterpret_cast<Vec<T, W>*>(dx)[v] = acc;
-        }
-    }
-}
-
 }  // namespace detail
 
 // out[n, :] = inp[n, :] * rstd[n] * weight, with the fp32 rstd = 1 / sqrt(mean(inp[n, :]^2) + eps)
@@ -130,10 +88,11 @@ void rmsnorm_forward(const Device& dev, T* out,  // (N, C)
 // With xhat = inp * rstd and g = weight * dout, per row:
 //   dinp    += (g - xhat * mean_c(g * xhat)) * rstd   (T, accumulates)
 //   dweight += sum_n dout * xhat                      (fp32, accumulates)
-// Deterministic: fixed reduction trees, one owner per output element, the
-// parameter gradient's row chunks (norm_rows.cuh's norm_backward_params, in
-// the Blas workspace when the tag has a Blas) added in order. Throws
-// ShapeError for a negative size or C == 0.
+// One launch (norm_rows.cuh's norm_backward, as layernorm_backward's without
+// the mean and the bias): deterministic, the same bits every run on a given
+// GPU; the partial sums in the Blas workspace when the tag has a Blas, else
+// in memory from the stream's pool. Throws ShapeError for a negative size or
+// C == 0.
 template <CudaFloat T>
 void rmsnorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                       float* dweight,              // (C) +=
@@ -144,17 +103,8 @@ void rmsnorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                       std::int64_t N, int C) {
     ops::check_rmsnorm("rmsnorm_backward", N, C);
     if (N == 0) return;
-    const auto run = [&]<int W>() {
-        launch<detail::rmsnorm_backward_input_kernel<T, W>>(detail::norm_row_blocks(N),
-                                                            detail::norm_rows_per_block * 32, 0, dev.stream, dinp,
-                                                            dout, inp, weight, rstd, N, C);
-    };
-    if (detail::norm_vectorised<T>(C, {dinp, dout, inp, weight}))
-        run.template operator()<detail::norm_vec<T>>();
-    else
-        run.template operator()<1>();
-    detail::norm_backward_params<false>(dev, dweight, static_cast<float*>(nullptr), dout, inp,
-                                        static_cast<const float*>(nullptr), rstd, N, C);
+    detail::norm_backward<false>(dev, dinp, dweight, static_cast<float*>(nullptr), dout, inp, weight,
+                                 static_cast<const float*>(nullptr), rstd, N, C);
 }
 
 }  // namespace snug::cuda

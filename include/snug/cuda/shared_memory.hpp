@@ -1,7 +1,8 @@
 // Shared memory that both backends can check: block_shared<S>() for a kernel's
 // static shared memory (one object of type S per block; a struct holding the
 // kernel's arrays, CUTLASS's SharedStorage habit) and dynamic_shared<T>() for
-// the bytes the launch asks for. On the device they are a __shared__ object
+// the bytes the launch asks for (dynamic_shared_bytes, on the host, raises a
+// kernel's limit where a launch needs more than 48 KiB). On the device they are a __shared__ object
 // and the extern __shared__ array; in the emulated backend a fresh
 // allocation per block, filled with 0xFF bytes, exactly sized (so
 // AddressSanitizer sees an access past its end) and watched by the
@@ -16,7 +17,9 @@
 #include <source_location>
 
 #include "snug/cuda/runtime.hpp"
+#include "snug/cuda/check.hpp"
 #include "snug/cuda/launch.hpp"  // type_name
+#include "snug/cuda/limits.hpp"
 
 namespace snug::cuda {
 
@@ -51,5 +54,19 @@ __device__ T* dynamic_shared() {
 }
 
 #endif
+
+namespace detail {
+
+// `bytes` of dynamic shared memory for `kernel`, raising the kernel's limit
+// past the default 48 KiB when they need it (host side, before the launch).
+template <class Kernel>
+std::size_t dynamic_shared_bytes(Kernel kernel, std::size_t bytes) {
+    if (bytes > LaunchLimits::default_shared_bytes) {
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    }
+    return bytes;
+}
+
+}  // namespace detail
 
 }  // namespace snug::cuda

@@ -45,16 +45,22 @@ SNUG_HD A gelu_value(A x, A e) {
     return x / (A(1) + e);
 }
 
-// d gelu / dx = s + 2 x s (1 - s) du/dx with s = sigmoid(2u) = 1 / (1 + e)
-// and 1 - s = 1 / (1 + 1/e): no cancellation, and no inf * 0 for e = 0 or
-// inf. xc = gelu_clamped(x); adding x - x (0, or NaN for a NaN or an infinite
-// x) keeps non-finite inputs non-finite.
+// d gelu / dx = s + 2 x s (1 - s) du/dx from s = sigmoid(2u) = 1 / (1 + e)
+// and s1m = 1 - s, each computed without cancellation (how is the caller's:
+// gelu_derivative below, or the CUDA kernel's fast reciprocal). xc =
+// gelu_clamped(x); adding x - x (0, or NaN for a NaN or an infinite x) keeps
+// non-finite inputs non-finite.
+template <class A>
+SNUG_HD A gelu_derivative_from_sigmoid(A x, A xc, A s, A s1m) {
+    const A du = A(gelu_k0) * (A(1) + A(3 * gelu_k1) * xc * xc);
+    return (s + A(2) * xc * s * s1m * du) + (x - x);
+}
+
+// d gelu / dx from e = exp(gelu_exponent(x)): s = 1 / (1 + e) and
+// 1 - s = 1 / (1 + 1/e), so no inf * 0 for e = 0 or inf.
 template <class A>
 SNUG_HD A gelu_derivative(A x, A xc, A e) {
-    const A du = A(gelu_k0) * (A(1) + A(3 * gelu_k1) * xc * xc);
-    const A s = A(1) / (A(1) + e);
-    const A s1m = A(1) / (A(1) + A(1) / e);
-    return (s + A(2) * xc * s * s1m * du) + (x - x);
+    return gelu_derivative_from_sigmoid(x, xc, A(1) / (A(1) + e), A(1) / (A(1) + A(1) / e));
 }
 
 }  // namespace snug::ops

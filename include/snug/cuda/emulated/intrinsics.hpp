@@ -13,6 +13,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <source_location>
 #include <type_traits>
 
@@ -452,7 +453,15 @@ inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
-inline float __fdividef(float a, float b) { return a / b; }
+// The CUDA Math API's fast division: within 2 ulp of a / b on the device
+// (correctly rounded here), except that for 2^126 < |b| < 2^128 it delivers
+// 0 for a finite a and NaN for an infinite one (the reciprocal it multiplies
+// by is flushed to zero), as here.
+inline float __fdividef(float a, float b) {
+    const float magnitude = std::fabs(b);
+    if (magnitude > 0x1p126f && magnitude <= std::numeric_limits<float>::max()) return a * (0.0f * b);
+    return a / b;
+}
 inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
 inline float __expf(float a) { return std::exp(a); }
