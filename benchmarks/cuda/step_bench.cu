@@ -17,6 +17,10 @@
 // Memory: the tracker's peak (everything snug allocates) and the driver's
 // used memory, sampled after each update, over what was used before the rung.
 // A rung that does not fit prints the OutOfMemory breakdown as its result.
+// Launch gaps: one more update with every kernel, matmul and fused attention
+// call timed by a CUDA event pair (KernelTimer); the device's busy time
+// against the median update's says what the gaps between them cost (the
+// event records add a little of their own).
 // No GPU: says so and exits 77.
 #include <snug/snug.hpp>
 
@@ -45,6 +49,7 @@ struct Result {
     std::string rung, model;
     int B = 0, T = 0, micro = 1;
     double ms = 0, tokens_per_s = 0, mfu_measured = 0, mfu_nominal = 0, hfu_measured = 0;
+    double kernel_ms = 0;  // one update's device work, summed piece by piece (KernelTimer)
     double tracker_peak_gib = 0, driver_peak_gib = 0;
     std::string plan, note;
     bool out_of_memory = false;
@@ -54,6 +59,43 @@ std::vector<Result> results;
 double measured_bf16_tflops = 0;
 
 double gib(std::size_t bytes) { return static_cast<double>(bytes) / double(1ULL << 30); }
+
+// Times each piece of device work an update queues (every kernel, matmul and
+// fused attention call: snug::cuda::LaunchObserver) with a CUDA event pair
+// around it; their sum against the update's whole time is what the launch
+// gaps cost (the device idle between pieces, waiting for the host).
+class KernelTimer : public snug::cuda::LaunchObserver {
+public:
+    ~KernelTimer() override {
+        for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    }
+    void before(cudaStream_t stream) override { check(cudaEventRecord(next(), stream)); }
+    void after(cudaStream_t stream) override { check(cudaEventRecord(next(), stream)); }
+    // The summed ms of the pairs recorded so far (waits for them), and forgets them.
+    double take_ms() {
+        check(cudaDeviceSynchronize());
+        double total = 0;
+        for (std::size_t i = 0; i + 1 < used_; i += 2) {
+            float t = 0;
+            check(cudaEventElapsedTime(&t, events_[i], events_[i + 1]));
+            total += t;
+        }
+        used_ = 0;
+        return total;
+    }
+
+private:
+    cudaEvent_t next() {
+        if (used_ == events_.size()) {
+            cudaEvent_t e = nullptr;
+            check(cudaEventCreate(&e));
+            events_.push_back(e);
+        }
+        return events_[used_++];
+    }
+    std::vector<cudaEvent_t> events_;
+    std::size_t used_ = 0;
+};
 
 double measure_bf16_peak() {
     constexpr std::int64_t n = 8192;
@@ -153,6 +195,12 @@ void rung(const char* name, const char* model_name, const snug::GPTConfig& confi
             driver_peak = std::max(driver_peak, snug::cuda::driver_memory().used);
             if (s.skipped) r.note = "some updates skipped (loss scale search)";
         }
+        // One more update with every piece of its work timed.
+        KernelTimer timer;
+        snug::cuda::launch_observer() = &timer;
+        (void)step.step(ctx, micro, B, T, 1e-4f);
+        snug::cuda::launch_observer() = nullptr;
+        r.kernel_ms = timer.take_ms();
         check(cudaEventDestroy(start));
         check(cudaEventDestroy(stop));
         std::sort(ms.begin(), ms.end());
@@ -183,6 +231,9 @@ void rung(const char* name, const char* model_name, const snug::GPTConfig& confi
                 r.rung.c_str(), r.model.c_str(), r.B, r.micro, r.ms, r.tokens_per_s, 100 * r.mfu_measured,
                 100 * r.mfu_nominal, 100 * r.hfu_measured, r.tracker_peak_gib, r.driver_peak_gib,
                 r.plan.empty() ? "?" : r.plan.c_str());
+    if (r.kernel_ms > 0)
+        std::printf("  device work %.1f ms of the %.1f ms update: launch gaps %.1f%%\n", r.kernel_ms, r.ms,
+                    100.0 * (1.0 - r.kernel_ms / r.ms));
     if (!r.note.empty()) std::printf("  %s\n", r.note.c_str());
     std::fflush(stdout);
     results.push_back(std::move(r));
@@ -210,7 +261,7 @@ int run(const char* csv_path) {
     const snug::GPTConfig gpt2 = snug::GPTConfig::preset("124M").with_context(T);
     rung<P::Fp32>("fp32", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
     rung<P::Bf16>("bf16", "124M", gpt2, B, T, std::nullopt, A::None{}, K::None{});
-    // Attention on cuDNN's fused SDPA, where this program has it (cuda/cudnn.cpp).
+    // Attention on cuDNN's fused SDPA, where this program has it (examples/cudnn_engine.cpp).
     snug::GPTConfig gpt2_cudnn = gpt2;
     gpt2_cudnn.attention = snug::AttentionKind::cudnn;
     if (snug::cuda::registered_fused_attention() != nullptr) {
@@ -246,12 +297,14 @@ int run(const char* csv_path) {
     if (csv_path != nullptr) {
         std::ofstream csv(csv_path);
         csv << "rung,model,B,T,micro_batches,median_ms,tokens_per_s,mfu_measured_peak,mfu_nominal_989,"
-               "hfu_measured_peak,tracker_peak_gib,driver_peak_gib,plan,bf16_peak_tflops,status\n";
+               "hfu_measured_peak,tracker_peak_gib,driver_peak_gib,plan,bf16_peak_tflops,status,device_work_ms,"
+               "launch_gap_fraction\n";
         for (const Result& r : results)
             csv << '"' << r.rung << "\"," << r.model << ',' << r.B << ',' << r.T << ',' << r.micro << ',' << r.ms << ','
                 << r.tokens_per_s << ',' << r.mfu_measured << ',' << r.mfu_nominal << ',' << r.hfu_measured << ','
                 << r.tracker_peak_gib << ',' << r.driver_peak_gib << ',' << r.plan << ',' << measured_bf16_tflops << ','
-                << (r.out_of_memory ? "out-of-memory" : "ok") << '\n';
+                << (r.out_of_memory ? "out-of-memory" : "ok") << ',' << r.kernel_ms << ','
+                << (r.ms > 0 && r.kernel_ms > 0 ? 1.0 - r.kernel_ms / r.ms : 0.0) << '\n';
         std::printf("wrote %s\n", csv_path);
     }
     return 0;

@@ -480,3 +480,33 @@ TEST_CASE("failed CUDA calls and launches become CudaError naming this file") {
     CHECK(back[0] == 4.0f);
     CHECK(back[1023] == 4.0f);
 }
+
+TEST_CASE("the launch observer sees each kernel and each matmul, before and after it is queued") {
+    struct Counting : snug::cuda::LaunchObserver {
+        int befores = 0, afters = 0;
+        void before(cudaStream_t) override { ++befores; }
+        void after(cudaStream_t) override {
+            CHECK(afters + 1 == befores);  // each piece of work between its two calls
+            ++afters;
+        }
+    };
+    MemoryTracker tracker;
+    snug::cuda::Blas blas(tracker);
+    Cuda dev{};
+    dev.blas = &blas;
+    const int M = 4, N = 8, K = 16;
+    auto a = device_buffer<float>(tracker, M * K, "a");
+    auto b = device_buffer<float>(tracker, K * N, "b");
+    auto c = device_buffer<float>(tracker, M * N, "c");
+    snug::cuda::check(cudaMemset(a.data(), 0, a.bytes()));
+    snug::cuda::check(cudaMemset(b.data(), 0, b.bytes()));
+    Counting counting;
+    snug::cuda::launch_observer() = &counting;
+    snug::cuda::gelu_forward(dev, c.data(), c.data(), M * N);  // one kernel
+    blas.matmul(nullptr, snug::cuda::Op::N, snug::cuda::Op::N, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f,
+                c.data(), N);  // one matmul
+    snug::cuda::launch_observer() = nullptr;
+    snug::cuda::gelu_forward(dev, c.data(), c.data(), M * N);  // unseen
+    CHECK(counting.befores == 2);
+    CHECK(counting.afters == 2);
+}

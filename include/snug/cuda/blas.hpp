@@ -26,6 +26,7 @@
 #include "snug/core/memory_tracker.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
+#include "snug/cuda/launch_observer.hpp"
 
 namespace snug::cuda {
 
@@ -274,10 +275,12 @@ public:
                   loc);
         }
         // Column-major: row-major C (M, N) is C^T (N, M) = op(B)^T op(A)^T.
-        check(cublasLtMatmul(handle_, p.desc.get(), &alpha, B, p.layout_a.get(), A, p.layout_b.get(), &beta, C,
-                             p.layout_c.get(), C, p.layout_c.get(), &p.algo, workspace_.data(),
-                             p.workspace_bytes, stream),
-              loc);
+        observed(stream, [&] {
+            check(cublasLtMatmul(handle_, p.desc.get(), &alpha, B, p.layout_a.get(), A, p.layout_b.get(), &beta, C,
+                                 p.layout_c.get(), C, p.layout_c.get(), &p.algo, workspace_.data(),
+                                 p.workspace_bytes, stream),
+                  loc);
+        });
     }
 
 private:

@@ -21,6 +21,7 @@
 
 #include "snug/core/error.hpp"
 #include "snug/cuda/check.hpp"
+#include "snug/cuda/launch_observer.hpp"
 #include "snug/cuda/limits.hpp"
 #include "snug/cuda/runtime.hpp"
 
@@ -153,8 +154,9 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream
     const std::size_t max_dynamic =
         shared_bytes > LaunchLimits::default_shared_bytes ? max_dynamic_shared(kernel) : LaunchLimits::default_shared_bytes;
     detail::check_launch(name, grid, block, shared_bytes, max_dynamic);
+    cudaError_t status = cudaSuccess;
 #if defined(SNUG_CUDA_EMULATED)
-    (void)stream;  // emulated work runs in order as it is queued
+    // (Emulated work runs in order as it is queued, whatever the stream.)
     using Params = typename detail::KernelParams<decltype(kernel)>::type;
     const Params params(std::forward<Args>(args)...);
     emulated::KernelLaunch job;
@@ -166,10 +168,12 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream
     job.max_dynamic_shared = max_dynamic;
     job.invoke = &detail::invoke<kernel, Params>;
     job.params = &params;
-    const cudaError_t status = emulated::launch_kernel(job);
+    observed(stream, [&] { status = emulated::launch_kernel(job); });
 #else
-    kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
-    const cudaError_t status = cudaGetLastError();
+    observed(stream, [&] {
+        kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+        status = cudaGetLastError();
+    });
 #endif
     if (status != cudaSuccess)
         throw CudaError("launch of " + std::string(name) + " (" + detail::launch_config(grid, block, shared_bytes) +
