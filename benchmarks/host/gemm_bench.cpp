@@ -58,7 +58,7 @@ void run_gemm(benchmark::State& state, const Shape& s) {
     state.counters["GFLOP/s"] =
         benchmark::Counter(2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K) * 1e-9,
                            benchmark::Counter::kIsIterationInvariantRate);
-    state.SetLabel(E == Entry::portable ? "portable" : snug::host::gemm_uses_cblas ? "openblas" : "portable");
+    state.SetLabel(E == Entry::portable ? "portable" : snug::host::gemm_uses_cblas() ? "openblas" : "portable");
 }
 
 // One function per (entry, input type, output type), so the names read well.

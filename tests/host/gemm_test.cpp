@@ -488,3 +488,16 @@ TEST_CASE("SNUG_GEMM_ISA picks the portable GEMM's variant, and names a wrong on
     CHECK_THROWS_WITH(detail::gemm_isa_from("sse9"),
                       Catch::Equals("SNUG_GEMM_ISA=sse9: expected baseline, avx2 or avx512"));
 }
+
+TEST_CASE("SNUG_HOST_GEMM picks OpenBLAS or the portable GEMM, and names a wrong value", "[gemm]") {
+    CHECK_FALSE(snug::host::gemm_backend_is_cblas("portable"));
+#if defined(SNUG_HAVE_CBLAS)
+    CHECK(snug::host::gemm_backend_is_cblas(nullptr));
+    CHECK(snug::host::gemm_backend_is_cblas("openblas"));
+#else
+    CHECK_FALSE(snug::host::gemm_backend_is_cblas(nullptr));
+    CHECK_THROWS_WITH(snug::host::gemm_backend_is_cblas("openblas"), Catch::Contains("built without OpenBLAS"));
+#endif
+    CHECK_THROWS_WITH(snug::host::gemm_backend_is_cblas("mkl"),
+                      Catch::Equals("SNUG_HOST_GEMM=mkl: expected openblas or portable"));
+}

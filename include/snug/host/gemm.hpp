@@ -43,13 +43,35 @@ concept GemmInput = std::same_as<T, float> || std::same_as<T, half> || std::same
 template <class TC, class T>
 concept GemmOutput = GemmInput<T> && (std::same_as<TC, float> || std::same_as<TC, T>);
 
-// True when `gemm` sends its work to OpenBLAS's cblas_sgemm.
-inline constexpr bool gemm_uses_cblas =
+// Whether `gemm` sends its work to OpenBLAS's cblas_sgemm (true) or to the
+// portable GEMM, for the environment variable SNUG_HOST_GEMM's value `wanted`:
+// empty or unset, OpenBLAS where snug is built with it (SNUG_HAVE_CBLAS);
+// "portable", the portable GEMM; "openblas", OpenBLAS, which a build without
+// it refuses. So one build runs its tests on both (CI does). Anything else
+// throws ConfigError naming it.
+inline bool gemm_backend_is_cblas(const char* wanted) {
 #if defined(SNUG_HAVE_CBLAS)
-    true;
+    constexpr bool built_with_cblas = true;
 #else
-    false;
+    constexpr bool built_with_cblas = false;
 #endif
+    const std::string_view w = wanted == nullptr ? std::string_view() : std::string_view(wanted);
+    if (w.empty()) return built_with_cblas;
+    if (w == "portable") return false;
+    if (w == "openblas") {
+        if (!built_with_cblas)
+            throw ConfigError("SNUG_HOST_GEMM=openblas: this program was built without OpenBLAS (SNUG_USE_CBLAS)");
+        return true;
+    }
+    throw ConfigError("SNUG_HOST_GEMM=" + std::string(w) + ": expected openblas or portable");
+}
+
+// True when `gemm` sends its work to OpenBLAS's cblas_sgemm (decided once,
+// from SNUG_HOST_GEMM).
+inline bool gemm_uses_cblas() {
+    static const bool cblas = gemm_backend_is_cblas(std::getenv("SNUG_HOST_GEMM"));
+    return cblas;
+}
 
 namespace detail {
 
@@ -692,8 +714,9 @@ void gemm_portable(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_
 }
 
 // The host GEMM: the same contract as gemm_portable, computed by OpenBLAS's
-// cblas_sgemm when snug is built with it (gemm_uses_cblas; 16-bit inputs are
-// widened to fp32 copies first), by gemm_portable otherwise.
+// cblas_sgemm when snug is built with it and SNUG_HOST_GEMM does not say
+// otherwise (gemm_uses_cblas(); 16-bit inputs are widened to fp32 copies
+// first), by gemm_portable otherwise.
 template <GemmInput T, class TC>
     requires GemmOutput<TC, T>
 void gemm(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
@@ -708,7 +731,7 @@ void gemm(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, floa
         return;
     }
 #if defined(SNUG_HAVE_CBLAS)
-    if (detail::gemm_fits_cblas({M, N, K, lda, ldb, ldc})) {
+    if (gemm_uses_cblas() && detail::gemm_fits_cblas({M, N, K, lda, ldb, ldc})) {
         detail::gemm_cblas_run(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
