@@ -347,7 +347,7 @@ void kernels(const snug::cuda::Device& dev, const Ceilings& ceil, double l2) {
                  {double(2 * qkv_n + 2 * N * C) * A + 8.0 * double(stat_n), 2.5 * att_fwd}, ceil.gemm(dt), [&](int) {
             snug::cuda::flash_attention_backward(dev, dqkv.p, rows.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH);
         });
-        // The same contract on cuDNN's fused SDPA, where this program has it (cuda/cudnn.cpp).
+        // The same contract on cuDNN's fused SDPA, where this program has it (examples/cudnn_engine.cpp).
         if constexpr (!std::is_same_v<Tp, float>) {
             snug::cuda::FusedAttention* engine = snug::cuda::registered_fused_attention();
             const snug::FusedAttentionShape shape{snug::dtype_of<Tp>, B, T, C, NH};

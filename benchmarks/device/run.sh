@@ -124,6 +124,20 @@ if [[ -z $gpu && ${SNUG_DEVICE_BUILD:-0} != 1 ]]; then
     exit 0
 fi
 
+# cuDNN's engine is compiled by the host compiler (never nvcc) into a program
+# that links cudnn_link: cudnn_object SOURCE OBJECT LOG.
+# (The frontend loads libcudnn at run time, found through LD_LIBRARY_PATH above.)
+cudnn_link=()
+[[ -n $cudnn_dir && -f $cudnn_dir/lib/libcudnn.so.9 ]] && cudnn_link=("-ldl")
+cudnn_object() {
+    [[ ${#cudnn_link[@]} -gt 0 && -f $cudnn_dir/include/cudnn.h && -f third_party_headers/cudnn_frontend.h ]] &&
+        timeout 300 c++ -std=c++20 -O2 -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING=1 -Iinclude -Itests -Ithird_party_headers \
+            -I"$cudnn_dir/include" \
+            -I"$(dirname "$(command -v nvcc)")/../include" -c "$1" -o "$2" >>"$3" 2>&1 && return 0
+    rm -f "$2"
+    return 1
+}
+
 # ---- build: the two benchmarks (CMake) and the CUDA tests (nvcc), in parallel ----
 (timeout 300 cmake --build "$build" -j "$jobs" --target snug_cuda_kernels_bench snug_cuda_step_bench \
     >"$out/build_bench.log" 2>&1; echo $? >"$build/bench.rc") &
@@ -141,18 +155,15 @@ elif [[ -f third_party_headers/catch2/catch.hpp ]]; then
         'nvcc "$@" -x cu -c {} -o "'"$build"'/cuda_tests/$(basename {}).o"' _ "${nvcc_flags[@]}" \
         >"$out/build_tests.log" 2>&1
     # cuDNN's engine for the fused-attention tests, built by the host compiler.
-    cudnn_link=()
-    if [[ -n $cudnn_dir && -f $cudnn_dir/include/cudnn.h && -f third_party_headers/cudnn_frontend.h ]] &&
-        timeout 300 c++ -std=c++20 -O2 -Iinclude -Itests -Ithird_party_headers -I"$cudnn_dir/include" \
-            -I"$(dirname "$(command -v nvcc)")/../include" -c tests/cuda/cudnn_registration.cpp \
-            -o "$build/cuda_tests/cudnn_registration.o" >>"$out/build_tests.log" 2>&1; then
-        cudnn_link=("$cudnn_dir/lib/libcudnn.so.9" "-Xlinker" "-rpath=$cudnn_dir/lib")
+    test_link=()
+    if cudnn_object examples/cudnn_engine.cpp "$build/cuda_tests/cudnn_registration.o" "$out/build_tests.log"
+    then
+        test_link=("${cudnn_link[@]}")
         log "cuDNN engine built into the CUDA tests ($cudnn_dir)"
     else
-        rm -f "$build/cuda_tests/cudnn_registration.o"
         log "CUDA tests without cuDNN (no cuDNN in python3's environment, or no frontend headers carried)"
     fi
-    if timeout 120 nvcc -arch=sm_90 "$build"/cuda_tests/*.o -lcublasLt "${cudnn_link[@]}" -o "$build/snug_cuda_tests" \
+    if timeout 120 nvcc -arch=sm_90 "$build"/cuda_tests/*.o -lcublasLt "${test_link[@]}" -o "$build/snug_cuda_tests" \
             >>"$out/build_tests.log" 2>&1; then
         tests_bin="$build/snug_cuda_tests"
         log "built snug_cuda_tests"
@@ -171,8 +182,12 @@ ladder_bin=""
 if want ladder && [[ -f third_party_headers/CLI/CLI.hpp && -d third_party_headers/nlohmann && -d third_party_headers/fmt ]]; then
     (timeout 300 c++ -std=c++20 -O2 -DFMT_HEADER_ONLY -Iinclude -Ithird_party_headers \
         -c examples/vram_ladder/report.cpp -o "$build/ladder_report.o" >"$out/build_ladder.log" 2>&1 &&
+     ladder_objs=("$build/ladder_report.o") && ladder_link=() &&
+     if cudnn_object examples/cudnn_engine.cpp "$build/ladder_cudnn.o" "$out/build_ladder.log"; then
+         ladder_objs+=("$build/ladder_cudnn.o"); ladder_link=("${cudnn_link[@]}")
+     fi &&
      timeout 300 nvcc -std=c++20 --expt-relaxed-constexpr -O2 -arch=sm_90 -Iinclude -Ithird_party_headers \
-        examples/vram_ladder/main.cu "$build/ladder_report.o" -lcublasLt -o "$build/vram_ladder" \
+        examples/vram_ladder/main.cu "${ladder_objs[@]}" -lcublasLt "${ladder_link[@]}" -o "$build/vram_ladder" \
         >>"$out/build_ladder.log" 2>&1) &
     ladder_pid=$!
 fi

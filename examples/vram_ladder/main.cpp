@@ -47,6 +47,7 @@ int run(int argc, char** argv) {
     o.eval_every = 1000000;  // the end only
     o.eval_batches = 4;
     std::string vram_budget = "48MiB", device_name = "auto", mixed = "auto", checkpoint = "selective";
+    std::string attention = "auto";
     snug::LadderOptions lo;
     lo.out = "ladder_out";
 #if defined(SNUG_PLOT_LADDER_SCRIPT)
@@ -74,6 +75,10 @@ int run(int argc, char** argv) {
     app.add_option("--ladder-checkpoint", checkpoint, "rung 4's policy: selective, full, every:2, every:3, every:4")
         ->check(CLI::IsMember({"selective", "full", "every:2", "every:3", "every:4"}));
     app.add_option("--out", lo.out, "directory for ladder.csv and ladder.json (empty: the table only)");
+    app.add_option("--attention", attention,
+                   "auto (cuDNN's fused SDPA where this program has it and runs on the GPU, else flash), cudnn, "
+                   "flash or materialized")
+        ->check(CLI::IsMember({"auto", "cudnn", "flash", "materialized"}));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -84,7 +89,9 @@ int run(int argc, char** argv) {
     if (mixed != "auto") lo.mixed = snug::parse_precision_kind(mixed);
     lo.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--ladder-checkpoint");
     o.shape();  // an unknown --model preset is refused before any device is touched
-    return snug::run_ladder_program(o, lo, snug::choose_device(device_name), *make_report());
+    const snug::DeviceInfo device = snug::choose_device(device_name);
+    o.attention = snug::resolve_attention(snug::parse_attention_kind(attention, "--attention"), device);
+    return snug::run_ladder_program(o, lo, device, *make_report());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The fused attention engine this executable registered (cuDNN's SDPA,
-// snug/cuda/cudnn_attention.hpp, through tests/cuda/cudnn_registration.cpp;
+// snug/cuda/cudnn_attention.hpp, through examples/cudnn_engine.cpp;
 // emulated, its emulated twin) against the host flash kernels, the twin every
 // attention path is held to: fresh random inputs, every output poisoned
 // first, bfloat16 and half, forward and backward (twice: the deterministic

@@ -68,12 +68,15 @@ TEST_CASE("run spec: an unknown precision or checkpoint name is refused, naming 
     CHECK_THROWS_AS(snug::parse_checkpoint_kind("every:"), snug::ConfigError);
 }
 
-TEST_CASE("attention kinds: both names parse back, anything else is refused naming it") {
-    for (snug::AttentionKind k : {snug::AttentionKind::flash, snug::AttentionKind::materialized})
+TEST_CASE("attention kinds: every name parses back, anything else is refused naming them all") {
+    for (snug::AttentionKind k : {snug::AttentionKind::automatic, snug::AttentionKind::cudnn,
+                                  snug::AttentionKind::flash, snug::AttentionKind::materialized})
         CHECK(snug::parse_attention_kind(snug::attention_kind_name(k)) == k);
     CHECK(std::string(snug::attention_kind_name(snug::AttentionKind::flash)) == "flash");
+    CHECK(std::string(snug::attention_kind_name(snug::AttentionKind::automatic)) == "auto");
+    CHECK(std::string(snug::attention_kind_name(snug::AttentionKind::cudnn)) == "cudnn");
     CHECK_THROWS_WITH(snug::parse_attention_kind("sparse", "--attention"),
-                      Catch::Equals("--attention sparse: expected flash or materialized"));
+                      Catch::Equals("--attention sparse: expected auto, cudnn, flash or materialized"));
     CHECK_THROWS_AS(snug::parse_attention_kind("Flash"), snug::ConfigError);
     // Flash attention is what a model gets unless it asks otherwise.
     CHECK(snug::GPTConfig{}.attention == snug::AttentionKind::flash);

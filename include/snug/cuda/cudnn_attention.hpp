@@ -7,7 +7,12 @@
 //
 // Graphs are built once per shape and pass (the slow part: cuDNN compiles and
 // picks kernels) and cached; a case cuDNN refuses (check_support) is cached as
-// its refusal, and layers take the flash kernels for it. The backward is
+// its refusal, and layers take the flash kernels for it. cuDNN is opened at
+// first use (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, as snug's CMake builds it:
+// load_cudnn() below dlopens libcudnn.so.9 and hands the frontend its handle),
+// so a program runs where cuDNN is missing, and every case is then refused,
+// saying so. Every call into cuDNN itself goes through the frontend's shim
+// (cudnn_frontend::detail), which is what makes that loading work. The backward is
 // cuDNN's deterministic algorithm: the same bits every run, so that a
 // checkpointed block's gradients equal a plain block's (TrainStep's promise).
 // It costs workspace: cuDNN's dP buffer of about B NH T^2 2 bytes (384 MiB at
@@ -17,8 +22,10 @@
 // Built by the host compiler, never by nvcc (cuDNN's frontend is large and
 // nvcc gains nothing from it): a program includes this header in one
 // translation unit of its own and registers the engine there —
-//   static const snug::cuda::CudnnRegistration cudnn;   // examples/train_gpt/cudnn.cpp
+//   static const snug::cuda::CudnnRegistration cudnn;   // examples/cudnn_engine.cpp
 // — and its kernels' translation units see only cuda/fused_attention.hpp.
+// (That one translation unit also defines the handle the frontend finds cuDNN
+// through, so a second would not link: "multiple definition of cudnn_dlhandle".)
 #pragma once
 
 #if defined(__CUDACC__)
@@ -35,6 +42,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,10 +53,41 @@
 #include "snug/core/error.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/fused_attention.hpp"
+#include "snug/cuda/launch_observer.hpp"
+
+#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING) && !defined(SNUG_CUDA_EMULATED)
+#include <dlfcn.h>
+// The frontend calls cuDNN through this handle (cudnn_frontend_shim.h declares
+// it and leaves its definition, and the opening, to the program).
+void* cudnn_frontend::cudnn_dlhandle = nullptr;
+#endif
 
 namespace snug::cuda {
 
 namespace fe = ::cudnn_frontend;
+
+// Opens cuDNN 9 once (the dynamic loader's search: LD_LIBRARY_PATH, the
+// cache, the system's directories); empty where it is open (or linked), else
+// why not. cuDNN opens its own sub-libraries from its directory.
+inline const std::string& load_cudnn() {
+    static const std::string why = [] {
+#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING) && !defined(SNUG_CUDA_EMULATED)
+        std::string errors;
+        for (const char* name : {"libcudnn.so.9", "libcudnn.so"}) {
+            if (void* h = dlopen(name, RTLD_NOW | RTLD_GLOBAL)) {
+                fe::cudnn_dlhandle = h;
+                return std::string();
+            }
+            const char* e = dlerror();
+            errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
+        }
+        return "cuDNN 9 could not be loaded (" + errors + ")";
+#else
+        return std::string();
+#endif
+    }();
+    return why;
+}
 
 class CudnnAttention final : public FusedAttention {
 public:
@@ -58,7 +97,7 @@ public:
     // The handle may outlive the CUDA context at exit: its release is not checked.
     ~CudnnAttention() override {
         graphs_.clear();
-        if (handle_ != nullptr) (void)cudnnDestroy(handle_);
+        if (handle_ != nullptr) (void)fe::detail::destroy_handle(handle_);
     }
 
     std::string refusal(const FusedAttentionShape& shape) override {
@@ -75,11 +114,18 @@ public:
     }
 
     std::string describe() const override {
-        const std::size_t v = cudnnGetVersion();
-        return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-               std::to_string(v % 100) + " fused SDPA (frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) +
-               "." + std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
-               std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ")";
+        const std::string frontend = "(frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
+                                     std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." +
+                                     std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ")";
+        if (const std::string& why = load_cudnn(); !why.empty())
+            return std::string("cuDNN fused SDPA ") + frontend + ", not loadable: " + why;
+        try {
+            const std::size_t v = fe::detail::get_backend_version();
+            return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                   std::to_string(v % 100) + " fused SDPA " + frontend;
+        } catch (const std::exception& e) {  // the library could not be loaded
+            return std::string("cuDNN fused SDPA ") + frontend + ", not loadable: " + e.what();
+        }
     }
 
     void forward(cudaStream_t stream, const FusedAttentionShape& shape, void* out, float* lse, const void* qkv,
@@ -136,10 +182,11 @@ private:
 
     cudnnHandle_t handle() {
         if (handle_ == nullptr) {
-            const cudnnStatus_t s = cudnnCreate(&handle_);
+            if (const std::string& why = load_cudnn(); !why.empty()) throw Error(why);
+            const cudnnStatus_t s = fe::detail::create_handle(&handle_);
             if (s != CUDNN_STATUS_SUCCESS) {
                 handle_ = nullptr;
-                throw Error(std::string("cudnnCreate: ") + cudnnGetErrorString(s));
+                throw Error(std::string("cudnnCreate: ") + fe::detail::get_error_string(s));
             }
         }
         return handle_;
@@ -207,7 +254,13 @@ private:
             dk->set_output(true).set_uid(dk_uid).set_dim(dim).set_stride(qkv_stride);
             dv->set_output(true).set_uid(dv_uid).set_dim(dim).set_stride(qkv_stride);
         }
-        cudnnHandle_t h = handle();
+        cudnnHandle_t h = nullptr;
+        try {
+            h = handle();
+        } catch (const std::exception& e) {  // cuDNN (loaded at first use) is missing, or makes no handle
+            b.refusal = e.what();
+            return b;
+        }
         const auto step = [&](const fe::error_t& e) {
             if (b.refusal.empty() && !e.is_good()) b.refusal = e.err_msg;
             return b.refusal.empty();
@@ -230,9 +283,11 @@ private:
         const Built& b = built(shape, pass);
         if (!b.refusal.empty())
             throw Error("cuDNN SDPA " + std::string(what) + " " + describe(shape) + ": " + b.refusal);
-        const cudnnStatus_t s = cudnnSetStream(handle(), stream);
-        if (s != CUDNN_STATUS_SUCCESS) throw Error(std::string("cudnnSetStream: ") + cudnnGetErrorString(s));
-        const fe::error_t e = b.graph->execute(handle(), pack, workspace);
+        const cudnnStatus_t s = fe::detail::set_stream(handle(), stream);
+        if (s != CUDNN_STATUS_SUCCESS)
+            throw Error(std::string("cudnnSetStream: ") + fe::detail::get_error_string(s));
+        fe::error_t e;
+        observed(stream, [&] { e = b.graph->execute(handle(), pack, workspace); });
         if (!e.is_good())
             throw Error("cuDNN SDPA " + std::string(what) + " " + describe(shape) + ": " + e.err_msg);
         check(cudaGetLastError());

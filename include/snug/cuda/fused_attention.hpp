@@ -1,7 +1,7 @@
 // Fused attention on the CUDA backend (ops/fused_attention.hpp): the engine
 // interface a device tag holds (Device::fused), the one a program registers
 // (registered_fused_attention: cuDNN's, snug/cuda/cudnn_attention.hpp, made in
-// a translation unit the host compiler builds, as examples/train_gpt/cudnn.cpp
+// a translation unit the host compiler builds, as examples/cudnn_engine.cpp
 // does), and the calls layers make with the device tag first:
 //   fused_attention_refusal<T>(dev, B, T, C, NH)       empty when this call runs on the engine
 //   fused_attention_workspace<T>(dev, pass, B, T, C, NH) its workspace, in bytes

@@ -102,6 +102,16 @@ inline std::size_t cudnnGetVersion() { return 91900; }
 
 namespace cudnn_frontend {
 
+// The frontend's shim over cudnn.h, which snug calls instead of cudnn.h itself
+// (on a GPU machine it calls cuDNN through the handle load_cudnn() opened).
+namespace detail {
+inline cudnnStatus_t create_handle(cudnnHandle_t* handle) { return cudnnCreate(handle); }
+inline cudnnStatus_t destroy_handle(cudnnHandle_t handle) { return cudnnDestroy(handle); }
+inline cudnnStatus_t set_stream(cudnnHandle_t handle, cudaStream_t stream) { return cudnnSetStream(handle, stream); }
+inline const char* get_error_string(cudnnStatus_t status) { return cudnnGetErrorString(status); }
+inline std::size_t get_backend_version() { return cudnnGetVersion(); }
+}  // namespace detail
+
 enum class DataType_t { NOT_SET, FLOAT, DOUBLE, HALF, INT8, INT32, INT8x4, UINT8, UINT8x4, INT8x32, BFLOAT16, INT64 };
 enum class HeurMode_t { A, B, FALLBACK };
 
