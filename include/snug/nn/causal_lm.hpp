@@ -14,6 +14,10 @@
 //       static int channels(const BlockShape&);
 //       static constexpr bool learned_positions = false;  // wpe (maxT, C) added to the embedding
 //       static constexpr bool tied_head = false;          // the head reuses the embedding's table
+//       // Optional: the final norm made with the family's settings (its
+//       // epsilon, say); without it, FinalNorm(registry, name, C).
+//       template <class Act, snug::DeviceTag D>
+//       static FinalNorm<Act, D> final_norm(snug::ParameterRegistry&, const std::string& name, const BlockShape&);
 //   };
 //
 // Tensors, in this order: embed_tokens.weight (Vp, C) [, embed_positions.weight
@@ -76,7 +80,7 @@ public:
                                          Decay::yes)
                          : -1),
           blocks_(make_blocks(registry_, config_)),
-          norm_(registry_, "norm", C_),
+          norm_(make_final_norm(registry_, config_)),
           head_(Family::tied_head ? embed_
                                   : registry_.add("lm_head.weight", Shape{config.padded_vocab_size, C_},
                                                   Init::normal(0.02f, std::int64_t{config.vocab_size} * C_),
@@ -216,6 +220,16 @@ private:
         return c;
     }
 
+    using FinalNorm = typename Family::template FinalNorm<Act, D>;
+
+    // The family's final norm, with its settings where the family says them.
+    static FinalNorm make_final_norm(ParameterRegistry& r, const Config& c) {
+        if constexpr (requires { Family::template final_norm<Act, D>(r, std::string(), c.block); })
+            return Family::template final_norm<Act, D>(r, "norm", c.block);
+        else
+            return FinalNorm(r, "norm", Family::channels(c.block));
+    }
+
     static LayerStack<Block> make_blocks(ParameterRegistry& r, const Config& c) {
         std::vector<Block> blocks;
         blocks.reserve(static_cast<std::size_t>(c.n_layer));
@@ -234,7 +248,7 @@ private:
     std::int64_t embed_;      // offsets into the buffers
     std::int64_t positions_;  // -1: no learned positions
     LayerStack<Block> blocks_;
-    typename Family::template FinalNorm<Act, D> norm_;
+    FinalNorm norm_;
     std::int64_t head_;  // == embed_ when tied
     Buffer<Act, D> params_;
     Buffer<float, D> grads_;

@@ -5,6 +5,8 @@
 // the residual init's depth).
 #pragma once
 
+#include <string>
+
 #include "snug/core/device.hpp"
 #include "snug/nn/causal_lm.hpp"
 #include "snug/nn/llama_block.hpp"
@@ -21,6 +23,11 @@ struct LlamaFamily {
     static int channels(const BlockShape& s) { return s.channels; }
     static constexpr bool learned_positions = false;
     static constexpr bool tied_head = false;
+    // The final norm takes the blocks' epsilon (transformers' rms_norm_eps is every norm's).
+    template <class Act, DeviceTag D>
+    static RMSNorm<Act, D> final_norm(ParameterRegistry& r, const std::string& name, const BlockShape& s) {
+        return RMSNorm<Act, D>(r, name, s.channels, s.norm_eps);
+    }
 };
 
 template <class Act, DeviceTag D>
