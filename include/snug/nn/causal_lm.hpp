@@ -18,6 +18,13 @@
 //       // epsilon, say); without it, FinalNorm(registry, name, C).
 //       template <class Act, snug::DeviceTag D>
 //       static FinalNorm<Act, D> final_norm(snug::ParameterRegistry&, const std::string& name, const BlockShape&);
+//       // Optional, for state files (nn/model_identity.hpp): the family's name
+//       // and the block fields that change what the model computes, so that a
+//       // state is not resumed into a model of another shape (say, another
+//       // head count with as many parameters). Without them a state file
+//       // still checks the tensors' names and shapes.
+//       static constexpr std::string_view name = "mine";
+//       static std::vector<snug::ModelField> fields(const BlockShape&);
 //   };
 //
 // Tensors, in this order: embed_tokens.weight (Vp, C) [, embed_positions.weight
@@ -40,6 +47,7 @@
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/lm_pass.hpp"
+#include "snug/nn/model_identity.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
 #include "snug/nn/upload_weights.hpp"
@@ -98,6 +106,23 @@ public:
     Act* parameters() { return params_.data(); }
     float* gradients() { return grads_.data(); }
     std::vector<ParameterGroup> parameter_groups() const { return registry_.groups(); }
+    // What a state file records to refuse resuming into another model: the
+    // family's name and fields (where it gives them), the sizes, the tensors.
+    ModelIdentity identity() const {
+        ModelIdentity id;
+        if constexpr (requires { Family::name; }) id.family = std::string(Family::name);
+        id.config = {{"vocab_size", static_cast<double>(config_.vocab_size)},
+                     {"padded_vocab_size", static_cast<double>(config_.padded_vocab_size)},
+                     {"max_seq_len", static_cast<double>(config_.max_seq_len)},
+                     {"n_layer", static_cast<double>(config_.n_layer)}};
+        if constexpr (requires { Family::fields(config_.block); })
+            for (ModelField& f : Family::fields(config_.block)) id.config.push_back(std::move(f));
+        for (const ParameterTensor& t : registry_.tensors()) {
+            ModelTensor& m = id.tensors.emplace_back(ModelTensor{t.name, {}});
+            for (int d = 0; d < t.shape.rank(); ++d) m.shape.push_back(t.shape[d]);
+        }
+        return id;
+    }
     // Where block l's tensors lie in the buffers (one range: a block
     // declares its tensors together).
     std::vector<ParameterRange> block_parameters(int l) const {
