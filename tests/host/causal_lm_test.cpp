@@ -258,3 +258,26 @@ TEST_CASE("checkpoint auto for a Llama: the plan it picks runs within the budget
     CHECK(peak == snug::predict_training_memory<Model, P>(c, shape).total);
     CHECK(peak <= budget);
 }
+
+TEST_CASE("A Llama's final norm takes the blocks' epsilon, not RMSNorm's default", "[causal_lm]") {
+    // With an epsilon far above the residual stream's mean square (embeddings
+    // of std 0.02), every norm's output, the final one's included, is about
+    // x / sqrt(eps): the logits are ~0 and the loss is ln(V) to a few 1e-5.
+    // A final norm left at 1e-5 normalises the stream to rms 1 and its logits
+    // move the loss by far more.
+    LlamaConfig c = tiny();
+    c.block.norm_eps = 1e6;
+    snug::test::HostRun run;
+    snug::Llama<float, Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, model.initial_weights(3));
+    const Task task(2 * 16, c.vocab_size, 4);
+    const float loss = model.evaluate(run.ctx, task.tokens.data(), task.targets.data(), 2, 16);
+    CHECK(std::abs(loss - std::log(static_cast<float>(c.vocab_size))) < 1e-4f);
+    // The same weights with the default epsilon everywhere: a loss ln(V) does not explain.
+    LlamaConfig d = tiny();
+    snug::test::HostRun run2;
+    snug::Llama<float, Host> plain(d, run2.tracker);
+    plain.load_weights(run2.ctx.device, plain.initial_weights(3));
+    const float loss2 = plain.evaluate(run2.ctx, task.tokens.data(), task.targets.data(), 2, 16);
+    CHECK(std::abs(loss2 - std::log(static_cast<float>(c.vocab_size))) > 1e-3f);
+}

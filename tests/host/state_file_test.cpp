@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "snug/data/loader.hpp"
 #include "snug/io/file.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/llama.hpp"
 #include "snug/train/state_file.hpp"
 #include "support/host_run.hpp"
 #include "support/temp_dir.hpp"
@@ -128,30 +130,39 @@ void check_same(const Snapshot& a, const Snapshot& b) {
     CHECK(a.position == b.position);
 }
 
-template <class Precision>
+// A tiny GPT by default; any TrainableModel with a config() (a Llama).
+template <class Precision, class M = snug::GPT<typename Precision::compute_type, Host>>
 struct Session {
     using Act = typename Precision::compute_type;
-    using Model = snug::GPT<Act, Host>;
+    using Model = M;
+    using Config = std::remove_cvref_t<decltype(std::declval<const Model&>().config())>;
     using Step = snug::TrainStep<Model, Precision, snug::accumulate::Steps, snug::checkpoint::EveryNth<2>>;
 
     snug::test::HostRun run;
-    std::vector<float> w0;
     Model model;
+    std::vector<float> w0;
     Step step;
     snug::data::BatchLoader loader;
     std::vector<std::int32_t> tokens, targets;
     std::int64_t updates = 0, tokens_seen = 0;
 
-    Session(const GPTConfig& c, std::uint64_t init_seed, const Precision& precision,
+    Session(const Config& c, std::uint64_t init_seed, const Precision& precision,
             snug::TrainConfig tc = train_config())
-        : w0(snug::gpt_initial_weights(c, init_seed)),
-          model(c, run.tracker),
+        : model(c, run.tracker),
+          w0(initial_weights(c, init_seed)),
           step(model, run.tracker, run.ctx.device, w0, tc, precision, snug::accumulate::Steps(micro)),
           loader(corpus(), B, T, "training data"),
           tokens(static_cast<std::size_t>(micro * B * T)),
           targets(tokens.size()) {
         model.load_weights(run.ctx.device, w0);
         run.ctx.seed = 4242 + init_seed;
+    }
+
+    std::vector<float> initial_weights(const Config& c, std::uint64_t seed) const {
+        if constexpr (std::is_same_v<Config, GPTConfig>)
+            return snug::gpt_initial_weights(c, seed);
+        else
+            return model.initial_weights(seed);
     }
 
     snug::StepResult update() {
@@ -794,4 +805,134 @@ TEST_CASE("a failed save leaves the previous file byte for byte") {
     // A save that completes replaces the file.
     s.save(path);
     CHECK(snug::io::read_file(path) != before);
+}
+
+// ---- a CausalLM's state knows its model (nn/model_identity.hpp) ----
+
+namespace {
+
+// A tiny Llama over the test corpus: 2 layers, 32 channels, `heads` heads.
+snug::LlamaConfig tiny_llama(int heads, int hidden = 64) {
+    return snug::make_llama_config(64, 16, 2, 32, heads, hidden);
+}
+using LlamaSession = Session<snug::precision::Fp32, snug::Llama<float, Host>>;
+
+}  // namespace
+
+TEST_CASE("a Llama state resumes into its own shape and is refused by another of as many parameters") {
+    snug::test::TempDir dir;
+    const auto path = dir.path / "llama.snugstate";
+    LlamaSession four(tiny_llama(4), 1, {});
+    four.update();
+    four.update();
+    four.save(path);
+
+    // The header names the family, the fields and every tensor.
+    const snug::TrainingStateInfo info = snug::read_training_state_info(path);
+    REQUIRE(info.identity.has_value());
+    CHECK(info.identity->family == "llama");
+    CHECK_FALSE(info.gpt.has_value());
+    const auto field = [&](const char* name) {
+        for (const snug::ModelField& f : info.identity->config)
+            if (f.name == name) return f.value;
+        FAIL("no field " << name);
+        return -1.0;
+    };
+    CHECK(field("heads") == 4);
+    CHECK(field("channels") == 32);
+    CHECK(field("n_layer") == 2);
+    CHECK(field("norm_eps") == snug::ops::rmsnorm_eps);
+    // embed, 2 x (2 norms, qkv, o, gate_up, down), norm, head.
+    REQUIRE(info.identity->tensors.size() == 1 + 2 * 6 + 2);
+    CHECK(info.identity->tensors.front().name == "embed_tokens.weight");
+    CHECK(info.identity->tensors.front().shape == std::vector<std::int64_t>{64, 32});
+    CHECK(info.identity->tensors.back().name == "lm_head.weight");
+
+    // The same shape resumes: the weights are the saved ones.
+    LlamaSession again(tiny_llama(4), 2, {});
+    again.load(path);
+    CHECK(again.snapshot().params == four.snapshot().params);
+
+    // Two heads of 16 channels hold as many parameters as four of 8: refused,
+    // by the field, and the step keeps its state.
+    LlamaSession two(tiny_llama(2), 3, {});
+    two.update();
+    REQUIRE(two.model.num_parameters() == four.model.num_parameters());
+    rejects(two, path, {"the model does not match", "'heads'", "the file has 4", "this model has 2"});
+
+    // Another epsilon: the same tensors, another model.
+    snug::LlamaConfig eps = tiny_llama(4);
+    eps.block.norm_eps = 1e-6;
+    LlamaSession other_eps(eps, 3, {});
+    rejects(other_eps, path, {"'norm_eps'", "1e-05", "1e-06"});
+
+    // A GPT's state into a Llama: refused by the model kind.
+    Session<snug::precision::Fp32> gpt(tiny(), 1, {});
+    gpt.save(dir.path / "gpt.snugstate");
+    rejects(two, dir.path / "gpt.snugstate", {"the model kind", "a GPT", "a llama model"});
+}
+
+TEST_CASE("first_difference names the first field or tensor where two models part") {
+    snug::ModelIdentity a;
+    a.family = "llama";
+    a.config = {{"n_layer", 2}, {"heads", 4}};
+    a.tensors = {{"embed", {64, 32}}, {"norm.weight", {32}}};
+    CHECK(snug::first_difference(a, a).empty());
+
+    snug::ModelIdentity b = a;
+    b.family = "mine";
+    CHECK(snug::first_difference(a, b) == "the model's family: the file has 'llama', this model has 'mine'");
+    b = a;
+    b.config[1].value = 2.5;
+    CHECK(snug::first_difference(a, b) == "the config field 'heads': the file has 4, this model has 2.5");
+    b = a;
+    b.config.push_back({"hidden", 64});
+    CHECK(snug::first_difference(a, b) == "the config field 'hidden': the file has none, this model has 64");
+    CHECK(snug::first_difference(b, a) == "the config field 'hidden': the file has 64, this model has none");
+    b = a;
+    b.tensors[1].shape = {16, 2};
+    CHECK(snug::first_difference(a, b) == "the shape of 'norm.weight': the file has (32), this model has (16, 2)");
+    b = a;
+    b.tensors[0].name = "wte";
+    CHECK(snug::first_difference(a, b) == "tensor 0's name: the file has 'embed', this model has 'wte'");
+    b = a;
+    b.tensors.push_back({"lm_head", {64, 32}});
+    CHECK(snug::first_difference(a, b) == "the number of tensors: the file has 2, this model has 3");
+}
+
+TEST_CASE("a Llama state whose model description is malformed is refused by field") {
+    snug::test::TempDir dir;
+    LlamaSession src(tiny_llama(4), 1, {});
+    src.update();
+    src.save(dir.path / "good");
+    const Bytes good = snug::io::read_file(dir.path / "good");
+    // Rewrite the model's part of the JSON header, padded with spaces to its
+    // length (so the sections stay where they are), with both CRCs renewed.
+    const std::uint64_t H = le(good, 12, 4);
+    const std::string header(good.begin() + 32, good.begin() + 32 + static_cast<std::ptrdiff_t>(H));
+    auto with_model = [&](const char* name, auto edit) {
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(header);
+        edit(j["model"]);
+        std::string text = j.dump(1);
+        // Keep the length, so the sections stay where they are.
+        REQUIRE(text.size() <= H);
+        text.append(H - text.size(), ' ');
+        Bytes b = good;
+        std::copy(text.begin(), text.end(), b.begin() + 32);
+        put_le32(b, 24, crc32_bitwise(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
+        put_le32(b, 28, crc32_bitwise(b.data(), 28));  // the fixed header holds the JSON's CRC
+        write_bytes(dir.path / name, b);
+        return dir.path / name;
+    };
+    LlamaSession target(tiny_llama(4), 2, {});
+    target.update();
+    rejects(target, with_model("zero-dim", [](auto& m) { m["tensors"][3]["shape"][0] = 0; }),
+            {"model.tensors[3].shape", "[1, 2^62]"});
+    rejects(target, with_model("no-shape", [](auto& m) { m["tensors"][0].erase("shape"); }),
+            {"model.tensors[0].shape", "missing"});
+    rejects(target, with_model("text-field", [](auto& m) { m["config"]["rope_theta"] = "x"; }),
+            {"model.config.rope_theta", "not a number"});
+    rejects(target, with_model("no-family", [](auto& m) { m.erase("family"); }), {"model.family", "missing"});
+    rejects(target, with_model("renamed", [](auto& m) { m["tensors"][1]["name"] = "layers.0.other"; }),
+            {"tensor 1's name", "layers.0.other"});
 }

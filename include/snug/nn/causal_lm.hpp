@@ -14,6 +14,17 @@
 //       static int channels(const BlockShape&);
 //       static constexpr bool learned_positions = false;  // wpe (maxT, C) added to the embedding
 //       static constexpr bool tied_head = false;          // the head reuses the embedding's table
+//       // Optional: the final norm made with the family's settings (its
+//       // epsilon, say); without it, FinalNorm(registry, name, C).
+//       template <class Act, snug::DeviceTag D>
+//       static FinalNorm<Act, D> final_norm(snug::ParameterRegistry&, const std::string& name, const BlockShape&);
+//       // Optional, for state files (nn/model_identity.hpp): the family's name
+//       // and the block fields that change what the model computes, so that a
+//       // state is not resumed into a model of another shape (say, another
+//       // head count with as many parameters). Without them a state file
+//       // still checks the tensors' names and shapes.
+//       static constexpr std::string_view name = "mine";
+//       static std::vector<snug::ModelField> fields(const BlockShape&);
 //   };
 //
 // Tensors, in this order: embed_tokens.weight (Vp, C) [, embed_positions.weight
@@ -36,6 +47,7 @@
 #include "snug/nn/context.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/lm_pass.hpp"
+#include "snug/nn/model_identity.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
 #include "snug/nn/upload_weights.hpp"
@@ -76,7 +88,7 @@ public:
                                          Decay::yes)
                          : -1),
           blocks_(make_blocks(registry_, config_)),
-          norm_(registry_, "norm", C_),
+          norm_(make_final_norm(registry_, config_)),
           head_(Family::tied_head ? embed_
                                   : registry_.add("lm_head.weight", Shape{config.padded_vocab_size, C_},
                                                   Init::normal(0.02f, std::int64_t{config.vocab_size} * C_),
@@ -94,6 +106,23 @@ public:
     Act* parameters() { return params_.data(); }
     float* gradients() { return grads_.data(); }
     std::vector<ParameterGroup> parameter_groups() const { return registry_.groups(); }
+    // What a state file records to refuse resuming into another model: the
+    // family's name and fields (where it gives them), the sizes, the tensors.
+    ModelIdentity identity() const {
+        ModelIdentity id;
+        if constexpr (requires { Family::name; }) id.family = std::string(Family::name);
+        id.config = {{"vocab_size", static_cast<double>(config_.vocab_size)},
+                     {"padded_vocab_size", static_cast<double>(config_.padded_vocab_size)},
+                     {"max_seq_len", static_cast<double>(config_.max_seq_len)},
+                     {"n_layer", static_cast<double>(config_.n_layer)}};
+        if constexpr (requires { Family::fields(config_.block); })
+            for (ModelField& f : Family::fields(config_.block)) id.config.push_back(std::move(f));
+        for (const ParameterTensor& t : registry_.tensors()) {
+            ModelTensor& m = id.tensors.emplace_back(ModelTensor{t.name, {}});
+            for (int d = 0; d < t.shape.rank(); ++d) m.shape.push_back(t.shape[d]);
+        }
+        return id;
+    }
     // Where block l's tensors lie in the buffers (one range: a block
     // declares its tensors together).
     std::vector<ParameterRange> block_parameters(int l) const {
@@ -216,6 +245,16 @@ private:
         return c;
     }
 
+    using FinalNorm = typename Family::template FinalNorm<Act, D>;
+
+    // The family's final norm, with its settings where the family says them.
+    static FinalNorm make_final_norm(ParameterRegistry& r, const Config& c) {
+        if constexpr (requires { Family::template final_norm<Act, D>(r, std::string(), c.block); })
+            return Family::template final_norm<Act, D>(r, "norm", c.block);
+        else
+            return FinalNorm(r, "norm", Family::channels(c.block));
+    }
+
     static LayerStack<Block> make_blocks(ParameterRegistry& r, const Config& c) {
         std::vector<Block> blocks;
         blocks.reserve(static_cast<std::size_t>(c.n_layer));
@@ -234,7 +273,7 @@ private:
     std::int64_t embed_;      // offsets into the buffers
     std::int64_t positions_;  // -1: no learned positions
     LayerStack<Block> blocks_;
-    typename Family::template FinalNorm<Act, D> norm_;
+    FinalNorm norm_;
     std::int64_t head_;  // == embed_ when tied
     Buffer<Act, D> params_;
     Buffer<float, D> grads_;

@@ -5,9 +5,14 @@
 // the residual init's depth).
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "snug/core/device.hpp"
 #include "snug/nn/causal_lm.hpp"
 #include "snug/nn/llama_block.hpp"
+#include "snug/nn/model_identity.hpp"
 #include "snug/nn/rmsnorm.hpp"
 
 namespace snug {
@@ -21,6 +26,19 @@ struct LlamaFamily {
     static int channels(const BlockShape& s) { return s.channels; }
     static constexpr bool learned_positions = false;
     static constexpr bool tied_head = false;
+    // For state files: a Llama state resumes only into a Llama of these fields
+    // (the attention path is not one: it changes only rounding).
+    static constexpr std::string_view name = "llama";
+    static std::vector<ModelField> fields(const BlockShape& s) {
+        return {{"channels", static_cast<double>(s.channels)}, {"heads", static_cast<double>(s.heads)},
+                {"hidden", static_cast<double>(s.hidden)},     {"rope_theta", s.rope_theta},
+                {"norm_eps", s.norm_eps}};
+    }
+    // The final norm takes the blocks' epsilon (transformers' rms_norm_eps is every norm's).
+    template <class Act, DeviceTag D>
+    static RMSNorm<Act, D> final_norm(ParameterRegistry& r, const std::string& name, const BlockShape& s) {
+        return RMSNorm<Act, D>(r, name, s.channels, s.norm_eps);
+    }
 };
 
 template <class Act, DeviceTag D>

@@ -53,6 +53,15 @@
 //                       "flash", "cudnn" or "materialized", and "classifier_chunk", the head's
 //                       tokens per chunk with 0 for automatic, are for information: a
 //                       run may resume with others, which change only rounding)
+//     "family", "config", "tensors": for a model with identity() (a CausalLM
+//                       of any family, nn/model_identity.hpp): the family's
+//                       name ("" where it names none), {"field": number, ...}
+//                       (vocab_size, padded_vocab_size, max_seq_len, n_layer,
+//                       then the family's fields), and [{"name", "shape": [dims]},
+//                       ...] the registry's tensors in buffer order (1 to 4
+//                       dimensions each, every one in [1, 2^62]); absent for a GPT
+//                       and in files written before them (which load on the
+//                       parameter count alone)
 //   }
 //   "optimizer": {
 //     "name": "adamw",
@@ -112,7 +121,8 @@
 // the problem: the magic ("not a snug training-state file"), the version, the
 // fixed header's checksum, the file size against file_bytes (a truncated file),
 // the JSON header's checksum and content, the model's identity against the
-// step's (parameter count, dtype, precision, GPT shape, loss scaler kind and
+// step's (family, config fields and tensors where the file has them, parameter
+// count, dtype, precision, GPT shape, loss scaler kind and
 // knobs, optimizer hyper-parameters and max_grad_norm: both values named), the
 // section table, then every section's checksum. All of that happens before
 // anything in the step is written, so a file that fails any check leaves the
@@ -146,6 +156,7 @@
 #include "snug/core/error.hpp"
 #include "snug/io/file.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/nn/model_identity.hpp"
 #include "snug/ops/kernels.hpp"
 #include "snug/optim/adamw.hpp"
 #include "snug/precision/loss_scaler.hpp"
@@ -253,6 +264,7 @@ struct TrainingStateInfo {
     DType dtype = DType::f32;
     std::string precision;
     std::optional<GPTConfig> gpt;
+    std::optional<ModelIdentity> identity;  // a CausalLM's family, config and tensors
     AdamWConfig adamw{};
     int optimizer_steps = 0;
     float max_grad_norm = 0.0f;
@@ -324,6 +336,11 @@ concept HasGPTConfig = requires(const Model& m) {
     { m.config() } -> std::convertible_to<const GPTConfig&>;
 };
 
+template <class Model>
+concept HasModelIdentity = requires(const Model& m) {
+    { m.identity() } -> std::convertible_to<ModelIdentity>;
+};
+
 template <class S>
 constexpr const char* scaler_kind() {
     if constexpr (std::is_same_v<S, DynamicLossScaler>)
@@ -382,6 +399,16 @@ nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Che
                    {"dtype", std::string(dtype_name(dtype_of<Act>))},
                    {"precision", std::string(Precision::name)}};
     if constexpr (HasGPTConfig<Model>) m["gpt"] = gpt_json(model.config());
+    if constexpr (HasModelIdentity<Model>) {
+        const ModelIdentity id = model.identity();
+        m["family"] = id.family;
+        ordered_json config = ordered_json::object();
+        for (const ModelField& f : id.config) config[f.name] = f.value;
+        m["config"] = std::move(config);
+        ordered_json tensors = ordered_json::array();
+        for (const ModelTensor& t : id.tensors) tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+        m["tensors"] = std::move(tensors);
+    }
     const AdamWConfig& a = step.optimizer().config();
     ordered_json scaler = nullptr;
     if constexpr (Precision::has_loss_scaler) {
@@ -618,6 +645,32 @@ inline TrainingStateInfo read_info(InFile& f) {
         c.n_head = F.i32(g, "n_head", "model.gpt.");
         c.channels = F.i32(g, "channels", "model.gpt.");
         info.gpt = c;
+    }
+    if (m.contains("family") || m.contains("config") || m.contains("tensors")) {
+        ModelIdentity id;
+        id.family = F.string(m, "family", "model.");
+        const nlohmann::json& c = F.object(m, "config", "model.");
+        for (const auto& [name, value] : c.items())
+            id.config.push_back({name, F.number(c, name.c_str(), "model.config.")});
+        const nlohmann::json& ts = F.at(m, "tensors", "model.");
+        if (!ts.is_array()) F.fail("model.tensors", "is not an array");
+        for (std::size_t i = 0; i < ts.size(); ++i) {
+            const std::string where = "model.tensors[" + std::to_string(i) + "]";
+            if (!ts[i].is_object()) F.fail(where, "is not an object");
+            ModelTensor t;
+            t.name = F.string(ts[i], "name", where + ".");
+            const nlohmann::json& shape = F.at(ts[i], "shape", where + ".");
+            if (!shape.is_array() || shape.empty() || shape.size() > 4)
+                F.fail(where + ".shape", "is not an array of 1 to 4 dimensions");
+            for (std::size_t d = 0; d < shape.size(); ++d) {
+                if (!shape[d].is_number_integer() || shape[d].get<std::int64_t>() < 1 ||
+                    shape[d].get<std::int64_t>() > (std::int64_t{1} << 62))
+                    F.fail(where + ".shape", "has a dimension that is not an integer in [1, 2^62]");
+                t.shape.push_back(shape[d].get<std::int64_t>());
+            }
+            id.tensors.push_back(std::move(t));
+        }
+        info.identity = std::move(id);
     }
 
     const nlohmann::json& o = F.object(j, "optimizer", "");
@@ -893,7 +946,21 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
     auto& opt = step.optimizer();
     const std::int64_t n = model.num_parameters();
 
-    // The model's identity.
+    // The model's identity: what it is first (a 4-head state has as many
+    // parameters as a 2-head model of the same width), then its size.
+    if constexpr (sf::HasModelIdentity<Model>) {
+        const ModelIdentity id = model.identity();
+        const std::string model_kind = "a " + (id.family.empty() ? std::string("CausalLM") : id.family) + " model";
+        if (info.gpt) sf::mismatch(file, "the model kind", "a GPT " + sf::gpt_text(*info.gpt), model_kind);
+        if (info.identity)
+            if (const std::string d = first_difference(*info.identity, id); !d.empty())
+                throw FileError(file + ": the model does not match: " + d);
+    } else if (!sf::HasGPTConfig<Model> && info.identity) {
+        sf::mismatch(file, "the model kind",
+                     "a " + (info.identity->family.empty() ? std::string("CausalLM") : info.identity->family) +
+                         " model",
+                     "a model without a family");
+    }
     if (info.num_parameters != n)
         sf::mismatch(file, "the parameter count", std::to_string(info.num_parameters), std::to_string(n));
     if (info.dtype != dtype_of<Act>)
