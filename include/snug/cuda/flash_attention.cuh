@@ -539,7 +539,7 @@ __device__ inline void flash_mma_abt(FragmentC (&acc)[ops::flash_tile_k / 8], co
                                      const T* b, int hs, int lane) {
 #pragma unroll
     for (int kk = 0; kk < S::hs / 16; ++kk) {
-        if (!flash_channels_used<S>(16 * kk, hs)) break;  // the same for the whole warp
+        if (!flash_channels_used<S>(16 * kk, hs)) continue;  // the same for the whole warp
 #pragma unroll
         for (int nb = 0; nb < ops::flash_tile_k / 8; nb += 2) {
             FragmentB b0, b1;
@@ -578,7 +578,7 @@ __device__ inline void flash_mma_pb(FragmentC (&acc)[S::hs / 8], const FragmentC
         const FragmentA fa = flash_repack<T>(p, kk);
 #pragma unroll
         for (int nb = 0; nb < S::hs / 8; nb += 2) {
-            if (!flash_channels_used<S>(8 * nb, hs)) break;
+            if (!flash_channels_used<S>(8 * nb, hs)) continue;
             FragmentB b0, b1;
             flash_fragments_b<S::stride>(b0, b1, y, nb, kk, lane);
             mma_m16n8k16<T>(acc[nb], fa, b0, acc[nb]);
