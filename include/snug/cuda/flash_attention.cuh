@@ -99,12 +99,15 @@ struct FlashBlock {
     int tile;
 };
 
+// In 32-bit arithmetic (the grid, B NH, holds fewer than 2^31 blocks), so
+// no 64-bit division routine is called.
 __device__ inline FlashBlock flash_block(int tiles, int NH, bool high_first) {
-    const std::int64_t heads = gridDim.x / tiles;
-    const std::int64_t idx = blockIdx.x;
-    const int i = static_cast<int>(idx / heads);
-    const std::int64_t bh = idx - i * heads;
-    return {bh / NH, bh % NH, bh, high_first ? tiles - 1 - i : i};
+    const unsigned heads = gridDim.x / static_cast<unsigned>(tiles);
+    const unsigned i = blockIdx.x / heads;
+    const unsigned bh = blockIdx.x - i * heads;
+    const auto nh = static_cast<unsigned>(NH);
+    const int tile = static_cast<int>(i);
+    return {bh / nh, bh % nh, bh, high_first ? tiles - 1 - tile : tile};
 }
 
 // ---- SIMT kernels (any T, any hs) ---------------------------------------------------
@@ -418,9 +421,10 @@ __device__ __forceinline__ float flash_exp2(float x) {
 }
 
 // One thread's share of copying tiles of Rows rows and the head's channels
-// into shared memory by cp.async in 16-byte pieces, its addresses worked out
-// once: the thread copies piece `column` of rows row, row + step, ... All
-// threads of the block call it alike; the caller commits and waits.
+// into shared memory by cp.async in 16-byte pieces, unrolled, its source
+// offsets worked out once: the thread copies piece column() of rows row(),
+// row() + step, ... All threads of the block call it alike; the caller
+// commits and waits.
 template <class S, int Rows>
 struct FlashTileCopy {
     static constexpr int pieces = S::hs / 8;          // 16-byte pieces per row
@@ -428,30 +432,28 @@ struct FlashTileCopy {
     static constexpr int count = Rows / step;         // pieces per thread
     static_assert(S::threads % pieces == 0 && Rows % step == 0, "the block's threads cover the tile evenly");
 
-    int row;                // the thread's first row
-    int dst;                // its first piece's offset in the shared tile (elements)
-    std::int64_t src;       // and in the source tile (elements)
+    std::int64_t src;       // the thread's first piece's offset in the source tile (elements)
     std::int64_t src_step;  // step rows of the source
-    bool used;              // the piece lies within hs (capacity kernels)
 
-    __device__ FlashTileCopy(std::int64_t ld, int hs) {
-        const int t = static_cast<int>(threadIdx.x), column = 8 * (t % pieces);
-        row = t / pieces;
-        dst = row * S::stride + column;
-        src = row * ld + column;
-        src_step = step * ld;
-        used = flash_channels_used<S>(column, hs);
-    }
+    __device__ explicit FlashTileCopy(std::int64_t ld) : src(row() * ld + column()), src_step(step * ld) {}
+
+    // The thread's first row and its piece's first channel (from threadIdx
+    // at each use: cheaper than registers held through the walk).
+    __device__ static int row() { return static_cast<int>(threadIdx.x) / pieces; }
+    __device__ static int column() { return 8 * (static_cast<int>(threadIdx.x) % pieces); }
 
     // Issues the copies of rows 0 .. Rows - 1 of `tile` (leading dimension
-    // ld; rows >= 1 of them valid) into `shared`, zeros for rows >= rows.
+    // ld; rows >= 1 of them valid) into `shared`, zeros for rows >= rows;
+    // hs: the head's channels (the pieces past them are not copied).
     template <class T>
-    __device__ void operator()(T* shared, const T* tile, int rows) const {
-        if (!used) return;
+    __device__ void operator()(T* shared, const T* tile, int rows, int hs) const {
+        if (!flash_channels_used<S>(column(), hs)) return;
+        const int r = row();
+        T* dst = shared + r * S::stride + column();
 #pragma unroll
         for (int j = 0; j < count; ++j) {
-            const bool in = row + j * step < rows;
-            cp_async<16>(shared + dst + j * step * S::stride, in ? tile + src + j * src_step : tile, in);
+            const bool in = r + j * step < rows;
+            cp_async<16>(dst + j * step * S::stride, in ? tile + src + j * src_step : tile, in);
         }
     }
 };
@@ -461,7 +463,8 @@ struct FlashTileCopy {
 // threads 0 .. 127, one value each.
 __device__ inline void flash_copy_stats(float* dst, const float* lse, const float* D, int rows) {
     const int t = static_cast<int>(threadIdx.x), r = t % ops::flash_tile_k;
-    if (t < 2 * ops::flash_tile_k) cp_async<4>(dst + t, (t < ops::flash_tile_k ? lse : D) + (r < rows ? r : 0), r < rows);
+    const float* src = t < ops::flash_tile_k ? lse : D;
+    if (t < 2 * ops::flash_tile_k) cp_async<4>(dst + t, src + (r < rows ? r : 0), r < rows);
 }
 
 // Two adjacent elements of a row, p[0] = a and p[1] = b (p 4-byte aligned):
@@ -643,6 +646,19 @@ __device__ inline FlashTileWork flash_query_tile_work(int d, int w) {
     return d == w / 4 ? FlashTileWork::masked : (d > w / 4 ? FlashTileWork::whole : FlashTileWork::skip);
 }
 
+// The forward's blocks per SM that ptxas must keep registers for (launch
+// bounds): at head sizes up to 64, two on sm_90 (128 registers a thread, so
+// two blocks of 36 KiB and 16 warps an SM); elsewhere one, where ptxas (nvcc
+// 13.0) takes 128 registers unasked on sm_86 and sm_89 and, asked, spills 4
+// bytes to keep them. The static report reads the result.
+template <class S>
+inline constexpr int flash_forward_min_blocks =
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    S::hs <= 64 ? 2 : 1;
+#else
+    0;  // none asked (0 is CUDA's "unspecified")
+#endif
+
 // Shared memory of the forward: two stages of a K and a V tile (Q lands
 // first on the second stage, and moves to registers before any K or V does).
 template <class S, class T>
@@ -659,7 +675,7 @@ constexpr std::size_t flash_forward_shared_bytes() {
 // base 2 (the scale folded into the exponent's FMA: p = 2^(s c - m), with c =
 // log2(e) / sqrt(hs) and m the running max of s c), then O += round(P) V.
 template <class T, class S>
-__global__ void __launch_bounds__(S::threads)
+__global__ void __launch_bounds__(S::threads, flash_forward_min_blocks<S>)
     flash_forward_mma_kernel(T* out,        // (B, T, C)
                              float* lse,    // (B, NH, T)
                              const T* qkv,  // (B, T, 3C)
@@ -676,16 +692,16 @@ __global__ void __launch_bounds__(S::threads)
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const float scale_log2 = flash_log2e / sqrtf(static_cast<float>(hs));
     const int row[2] = {q0 + 16 * w + flash_frag_row(lane, 0), q0 + 16 * w + flash_frag_row(lane, 2)};
-    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld, hs);
+    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld);
     const auto load_keys = [&](int kt) {
         const int k0 = kt * ops::flash_tile_k;
         T* stage = kv + (kt % 2) * 2 * tile;
-        copy_kv(stage, seq + k0 * ld + C, T_ - k0);
-        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0);
+        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
+        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
         cp_async_commit();
     };
 
-    FlashTileCopy<S, S::rows>(ld, hs)(kv + 2 * tile, seq + q0 * ld, T_ - q0);
+    FlashTileCopy<S, S::rows>{ld}(kv + 2 * tile, seq + q0 * ld, T_ - q0, hs);
     cp_async_commit();
     load_keys(0);
     cp_async_wait<1>();
@@ -811,20 +827,20 @@ __global__ void __launch_bounds__(S::threads)
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float scale_log2 = flash_log2e * scale;
     const int key[2] = {k0 + 16 * w + flash_frag_row(lane, 0), k0 + 16 * w + flash_frag_row(lane, 2)};
-    const FlashTileCopy<S, ops::flash_tile_k> copy_tile(ld, hs), copy_dout(C, hs);
+    const FlashTileCopy<S, ops::flash_tile_k> copy_tile(ld), copy_dout(C);
     const auto stage_of = [&](int qt) { return stages + ((qt - first) % S::stages) * stage_elems; };
     const auto load_queries = [&](int qt) {
         const int q0 = qt * ops::flash_tile_k;
         T* stage = stage_of(qt);
-        copy_tile(stage, seq + q0 * ld, T_ - q0);
-        copy_dout(stage + tile, dO + q0 * std::int64_t{C}, T_ - q0);
+        copy_tile(stage, seq + q0 * ld, T_ - q0, hs);
+        copy_dout(stage + tile, dO + q0 * std::int64_t{C}, T_ - q0, hs);
         flash_copy_stats(reinterpret_cast<float*>(stage + 2 * tile), lse_bh + q0, D_bh + q0, T_ - q0);
         cp_async_commit();
     };
 
-    const FlashTileCopy<S, S::rows> copy_keys(ld, hs);
-    copy_keys(sk, seq + k0 * ld + C, T_ - k0);
-    copy_keys(sv, seq + k0 * ld + 2 * C, T_ - k0);
+    const FlashTileCopy<S, S::rows> copy_keys(ld);
+    copy_keys(sk, seq + k0 * ld + C, T_ - k0, hs);
+    copy_keys(sv, seq + k0 * ld + 2 * C, T_ - k0, hs);
     load_queries(first);
     FragmentC dk[S::hs / 8] = {}, dv[S::hs / 8] = {};
     const auto begin = [&](int qt) {
@@ -927,18 +943,18 @@ __global__ void __launch_bounds__(S::threads)
         shift[r] = row[r] < T_ ? -flash_log2e * lse[blk.bh * T_ + row[r]] : 0.0f;
         D_r[r] = row[r] < T_ ? D[blk.bh * T_ + row[r]] : 0.0f;
     }
-    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld, hs);
+    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld);
     const auto load_keys = [&](int kt) {
         const int k0 = kt * ops::flash_tile_k;
         T* stage = skv + (kt % S::stages) * 2 * tile;
-        copy_kv(stage, seq + k0 * ld + C, T_ - k0);
-        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0);
+        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
+        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
         cp_async_commit();
     };
 
-    const FlashTileCopy<S, S::rows> copy_rows(ld, hs), copy_dout(C, hs);
-    copy_rows(sq, seq + q0 * ld, T_ - q0);
-    copy_dout(so, dO + q0 * std::int64_t{C}, T_ - q0);
+    const FlashTileCopy<S, S::rows> copy_rows(ld), copy_dout(C);
+    copy_rows(sq, seq + q0 * ld, T_ - q0, hs);
+    copy_dout(so, dO + q0 * std::int64_t{C}, T_ - q0, hs);
     load_keys(0);
     FragmentC dq[S::hs / 8] = {};
     const auto begin = [&](int kt) {
@@ -1061,7 +1077,9 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
     detail::check_flash_attention("flash_attention_forward", B, T_, C, NH);
     if (ops::flash_stat_elems(B, T_, NH) == 0) return;
     const int hs = C / NH;
-    const auto blocks = [&](int rows) { return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows)); };
+    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
+        return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
+    };
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_forward", "qkv", qkv);
@@ -1076,7 +1094,8 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
             return;
         }
     }
-    launch<detail::flash_forward_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, out, lse, qkv, T_, C, NH);
+    launch<detail::flash_forward_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, out,
+                                                 lse, qkv, T_, C, NH);
 }
 
 // Causal self-attention, backward, per ops/flash_attention.hpp: dqkv
@@ -1099,7 +1118,9 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
     launch<detail::flash_backward_d_kernel<T>>(
         static_cast<unsigned>((rows + detail::flash_d_rows - 1) / detail::flash_d_rows), 32 * detail::flash_d_rows, 0,
         dev.stream, scratch, dout, out, T_, C, NH, static_cast<int>(rows));
-    const auto blocks = [&](int rows) { return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows)); };
+    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
+        return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
+    };
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_backward", "qkv", qkv);
@@ -1112,8 +1133,9 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
                 detail::flash_backward_shape<Wide, Narrow, detail::flash_backward_key_shared_bytes<Wide, T>()>(
                     optin, [&](auto shape) {
                         using S = decltype(shape);
-                        const std::size_t shared = detail::dynamic_shared_bytes(
-                            detail::flash_backward_key_mma_kernel<T, S>, detail::flash_backward_key_shared_bytes<S, T>());
+                        const std::size_t shared =
+                            detail::dynamic_shared_bytes(detail::flash_backward_key_mma_kernel<T, S>,
+                                                         detail::flash_backward_key_shared_bytes<S, T>());
                         launch<detail::flash_backward_key_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared,
                                                                             dev.stream, dqkv, dout, qkv, lse, scratch,
                                                                             T_, C, NH);
@@ -1132,9 +1154,10 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
             return;
         }
     }
-    launch<detail::flash_backward_key_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, dqkv, dout, qkv, lse,
-                                                      scratch, T_, C, NH);
-    launch<detail::flash_backward_query_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
+    const unsigned simt_blocks = blocks(detail::flash_tile);
+    launch<detail::flash_backward_key_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
+                                                      lse, scratch, T_, C, NH);
+    launch<detail::flash_backward_query_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
                                                         lse, scratch, T_, C, NH);
 }
 
