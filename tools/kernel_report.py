@@ -55,6 +55,10 @@ class Arch:
     max_blocks_per_sm: int         # "Maximum number of resident blocks per SM": 16, 24, 32
     smem_per_sm: int               # "Maximum amount of shared memory per SM": 100 KB, 100 KB, 228 KB
     max_smem_per_block: int        # "Maximum amount of shared memory per thread block": 99 KB, 99 KB, 227 KB
+    # The SM count of a card of the architecture (RTX 3090, RTX 4090, H100 SXM or
+    # H200): the emulated device takes it and max_smem_per_block when the
+    # architecture's launches are recorded, for launchers that size grids by it.
+    multiprocessors: int
     regs_per_sm: int = 64 * 1024   # "Number of 32-bit registers per SM": 64 K on all three
     regs_per_block: int = 64 * 1024  # "Maximum number of 32-bit registers per thread block": 64 K
     warp_size: int = 32
@@ -75,9 +79,12 @@ class Arch:
 
 KIB = 1024
 ARCHS = [
-    Arch("sm_86", max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=100 * KIB, max_smem_per_block=99 * KIB),
-    Arch("sm_89", max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=100 * KIB, max_smem_per_block=99 * KIB),
-    Arch("sm_90", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=228 * KIB, max_smem_per_block=227 * KIB),
+    Arch("sm_86", max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=100 * KIB, max_smem_per_block=99 * KIB,
+         multiprocessors=82),
+    Arch("sm_89", max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=100 * KIB, max_smem_per_block=99 * KIB,
+         multiprocessors=128),
+    Arch("sm_90", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=228 * KIB, max_smem_per_block=227 * KIB,
+         multiprocessors=132),
 ]
 
 
@@ -357,15 +364,22 @@ class Launch:
     dynamic_smem: int
 
 
-def record_launches(build):
-    """Builds step_kernels.cu against the emulated backend and runs it: its
-    launches, one per kernel and configuration, in the order first seen."""
+def build_recorder(build):
+    """Builds step_kernels.cu against the emulated backend: the executable
+    that prints the launches."""
     exe = build / "step_kernels_launches"
     cxx = os.environ.get("CXX", "c++")
     run([cxx, "-std=c++20", "-O0", "-DSNUG_CUDA_EMULATED=1", "-Wno-unknown-pragmas", "-Iinclude", "-x", "c++",
          str(SOURCE), "-o", str(exe), "-pthread", "-rdynamic", "-ldl"], cwd=ROOT)
-    output = run([str(exe)]).stdout
-    (build / "launches.tsv").write_text(output)
+    return exe
+
+
+def record_launches(exe, arch, build):
+    """Runs the recorder with the emulated device given arch's SM count and
+    opt-in shared memory per block: the launches the launchers choose on such
+    a card, one per kernel and configuration, in the order first seen."""
+    output = run([str(exe), str(arch.multiprocessors), str(arch.max_smem_per_block)]).stdout
+    (build / f"launches_{arch.name}.tsv").write_text(output)
     launches = {}
     for line in output.splitlines():
         call, mangled, threads, dynamic = line.split("\t")
@@ -436,7 +450,9 @@ Columns:
 - **kernel**: the kernel template and its arguments (c++filt of the cubin symbol, without `snug::cuda::detail::`).
 - **call**: the launcher call(s) that launch it with this configuration at these shapes (one row per kernel and
   configuration).
-- **threads**: threads per block as launched.
+- **threads**: threads per block as launched. Each architecture's launches are recorded with the emulated device
+  given a card's limits (its SM count, below, and its opt-in shared memory per block), so a launcher that sizes
+  its launches by the card shows here what it launches on that card.
 - **regs**: registers per thread (`ptxas -v`, the same in `cuobjdump --dump-resource-usage`).
 - **spill st/ld**: bytes of spill stores / spill loads per thread (`ptxas -v`).
 - **smem static / dyn**: shared memory per block in bytes: static (the kernel's own `__shared__` data, `ptxas -v`)
@@ -467,6 +483,8 @@ def limits_table(archs):
                         lambda a: a.regs_per_sm),
                        ("shared memory per SM", lambda a: kib(a.smem_per_sm)),
                        ("max shared memory per block", lambda a: kib(a.max_smem_per_block)),
+                       ("SMs of the card whose launches are recorded (RTX 3090, RTX 4090, H100 SXM)",
+                        lambda a: a.multiprocessors),
                        ("shared memory reserved per block (to blocks in units of 128 bytes)",
                         lambda a: kib(a.reserved_smem_per_block))]:
         lines.append(f"| {label} | " + " | ".join(str(get(a)) for a in archs) + " |")
@@ -528,10 +546,12 @@ def main():
     nvdisasm = fetch_tool("nvdisasm", "nvidia-cuda-nvdisasm", major, ROOT / "third_party_tools")
 
     print("recording launches (emulated backend) ...", flush=True)
-    launches = record_launches(build)
-    kernels = demangle([launch.mangled for launch in launches])
+    recorder = build_recorder(build)
+    launches_of = {arch.name: record_launches(recorder, arch, build) for arch in ARCHS}
+    kernels = demangle(sorted({launch.mangled for launches in launches_of.values() for launch in launches}))
     rows = []
     for arch in ARCHS:
+        launches = launches_of[arch.name]
         print(f"compiling {arch.name} ...", flush=True)
         cubin, ptxas = compile_cubin(nvcc, arch, build)
         resources = parse_ptxas(ptxas)

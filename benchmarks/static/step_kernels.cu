@@ -11,7 +11,11 @@
 //      set (snug/cuda/emulated/runtime.hpp), so each launcher decides its
 //      launches exactly as it would on a GPU, and none runs. For each launch
 //      it prints the launcher call, the kernel's mangled name (its symbol in
-//      the cubin), threads per block and dynamic shared bytes.
+//      the cubin), threads per block and dynamic shared bytes. Launchers that
+//      size their launches by the card (device_facts: SMs, opt-in shared
+//      memory) see the emulated device's limits, an H200's unless the two
+//      arguments give others (`step_kernels SMS OPTIN_BYTES`): the tool runs
+//      it once per architecture with that architecture's.
 //
 // The report joins the two by mangled name; a kernel compiled in (1) but
 // never launched at these sizes (a capacity or dtype another shape picks) is
@@ -186,8 +190,17 @@ void print_launch(const snug::cuda::emulated::KernelLaunch& launch) {
 
 }  // namespace
 
-int main() {
+// Arguments: none (an H200's limits), or the SM count and the bytes of
+// shared memory a block may opt in to of the card to record launches for.
+int main(int argc, char** argv) {
     try {
+        if (argc == 3) {
+            snug::cuda::emulated::set_device_limits(
+                {std::atoi(argv[1]), static_cast<std::size_t>(std::strtoull(argv[2], nullptr, 10))});
+        } else if (argc != 1) {
+            std::fprintf(stderr, "usage: %s [SMS OPTIN_BYTES]\n", argv[0]);
+            return 2;
+        }
         snug::MemoryTracker tracker;
         snug::cuda::Blas blas(tracker);
         snug::cuda::Device dev;

@@ -13,11 +13,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "snug/cuda/async_copy.hpp"
 #include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/runtime.hpp"
 #include "snug/cuda/shared_memory.hpp"
@@ -384,6 +386,35 @@ TEST_CASE("dynamic shared memory past 48 KiB needs the kernel's attribute raised
     CHECK(cudaFuncSetAttribute(big_dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 240 * 1024) ==
           cudaErrorInvalidValue);
     CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(cudaDeviceReset() == cudaSuccess);
+}
+
+TEST_CASE("the emulated device takes another card's limits, and device_facts sees them", "[emulated]") {
+    using snug::cuda::emulated::set_device_limits;
+    set_device_limits({82, 99 * 1024});  // an RTX 3090's (sm_86)
+    cudaDeviceProp prop{};
+    REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+    CHECK(prop.sharedMemPerBlockOptin == 99 * 1024);
+    CHECK(prop.multiProcessorCount == 82);
+    int optin = 0;
+    REQUIRE(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) == cudaSuccess);
+    CHECK(optin == 99 * 1024);
+    const snug::cuda::DeviceFacts facts = snug::cuda::device_facts();
+    CHECK(facts.multiprocessors == 82);
+    CHECK(facts.shared_per_block_optin == 99 * 1024);
+    // A kernel may opt in to the card's 99 KiB, not more.
+    CHECK(cudaFuncSetAttribute(big_dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024) ==
+          cudaErrorInvalidValue);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+    CHECK(cudaFuncSetAttribute(big_dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 99 * 1024) ==
+          cudaSuccess);
+    // Limits the emulator cannot give are refused.
+    CHECK_THROWS_AS(set_device_limits({0, 99 * 1024}), std::invalid_argument);
+    CHECK_THROWS_AS(set_device_limits({82, 228 * 1024}), std::invalid_argument);
+    CHECK(snug::cuda::device_facts().shared_per_block_optin == 99 * 1024);
+    set_device_limits({});  // an H200's again
+    CHECK(snug::cuda::device_facts().shared_per_block_optin == 227 * 1024);
+    CHECK(snug::cuda::device_facts().multiprocessors == 132);
     CHECK(cudaDeviceReset() == cudaSuccess);
 }
 

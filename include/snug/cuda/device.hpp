@@ -86,23 +86,33 @@ struct DeviceFacts {
 };
 
 // The current device's facts: asked of the runtime once per device, then
-// cached (thread-safe). Throws CudaError when the runtime cannot answer.
+// cached (thread-safe); on the emulated backend asked every time, since a
+// tool or test may give the emulated device another card's limits
+// (emulated::set_device_limits). Throws CudaError when the runtime cannot
+// answer.
 inline DeviceFacts device_facts(std::source_location loc = std::source_location::current()) {
+    int device = 0;
+    check(cudaGetDevice(&device), loc);
+    const auto ask = [&] {
+        DeviceFacts facts;
+        int shared = 0;
+        check(cudaDeviceGetAttribute(&facts.multiprocessors, cudaDevAttrMultiProcessorCount, device), loc);
+        check(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), loc);
+        facts.shared_per_block_optin = static_cast<std::size_t>(shared);
+        return facts;
+    };
+#if defined(SNUG_CUDA_EMULATED)
+    return ask();
+#else
     constexpr int cached_devices = 64;
     static std::mutex mutex;
     static std::array<DeviceFacts, cached_devices> cache{};
-    int device = 0;
-    check(cudaGetDevice(&device), loc);
     const std::lock_guard lock(mutex);
-    DeviceFacts* slot = device >= 0 && device < cached_devices ? &cache[static_cast<std::size_t>(device)] : nullptr;
-    if (slot != nullptr && slot->multiprocessors > 0) return *slot;
-    DeviceFacts facts;
-    int shared = 0;
-    check(cudaDeviceGetAttribute(&facts.multiprocessors, cudaDevAttrMultiProcessorCount, device), loc);
-    check(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), loc);
-    facts.shared_per_block_optin = static_cast<std::size_t>(shared);
-    if (slot != nullptr) *slot = facts;
-    return facts;
+    if (device < 0 || device >= cached_devices) return ask();
+    DeviceFacts& slot = cache[static_cast<std::size_t>(device)];
+    if (slot.multiprocessors == 0) slot = ask();
+    return slot;
+#endif
 }
 
 }  // namespace snug::cuda

@@ -5,27 +5,32 @@
 // log-sum-exp per row, a deterministic two-pass backward).
 //
 // Two implementations of that one contract:
-//   - tensor cores, for bf16 and fp16 with hs a multiple of 16 up to 128:
-//     a block of 4 warps per 64-row tile, each warp owning 16 rows, tiles in
-//     shared memory read by ldmatrix, every product an mma.sync m16n8k16 with
-//     fp32 accumulation. The scores' accumulator fragments are re-packed as
-//     the A fragments of the second product (FlashAttention-2's register
-//     trick): that packing is the contract's round(). Tiles come from global
-//     memory by cp.async in 16-byte pieces (qkv, dout, out and dqkv 16-byte
-//     aligned, as every snug allocation is), the next tile loading while the
-//     tensor cores work on this one (two stages; one in the backward at
-//     HS = 128, to stay within a consumer card's 99 KiB of shared memory);
-//     scores are kept in base 2 so each exponential is one exp2f. The
-//     kernels are instantiated for head-size
-//     capacities 16, 32, 64 and 128; a head of 48 runs in the 64 kernel,
-//     which skips the channel steps past hs.
+//   - tensor cores, for bf16 and fp16 with hs a multiple of 16 up to 128, in
+//     FlashAttention-2's shape (Dao 2023): a block owns 128 rows (8 warps of
+//     16), walks 64-row tiles of the other side, and each tile loaded to
+//     shared memory (cp.async, 16-byte pieces, the next loading while the
+//     tensor cores work on this one) is read by all 8 warps through ldmatrix;
+//     every product is an mma.sync m16n8k16 with fp32 accumulation. The
+//     scores' accumulator fragments are re-packed as the A fragments of the
+//     second product (the register trick): that packing is the contract's
+//     round(). The forward holds its queries in registers (so Q's shared
+//     memory becomes the second stage of K and V), keeps scores in base 2
+//     with the scale folded into the exponent's FMA, and runs the key tiles
+//     before the diagonal (no mask) apart from the diagonal's. The head size
+//     is a template parameter: exact kernels at 64 and 128; other multiples
+//     of 16 run in the 64 or 128 kernel, skipping the channel steps past hs.
+//     The backward's shape follows the card's shared memory (device_facts):
+//     8 warps and two stages where a block may hold them (every card at
+//     hs 64; Hopper at 128), else 4 warps and one stage (hs 128 on sm_86 and
+//     sm_89, 99 KiB per block). qkv, dout, out and dqkv must be 16-byte
+//     aligned (every snug allocation is).
 //   - SIMT, for fp32 and for the heads the tensor-core kernels do not take:
 //     a block of 64 threads per tile, one thread per row, plain fp32 FMAs over
 //     32-channel blocks staged in shared memory (so any hs fits); each output
 //     pass covers 32 channels, recomputing the scores for each pass.
 // The backward, either way: a small kernel for D = rowsum(dout * out), then
-// dK and dV (one block per key tile, walking the query tiles from the
-// diagonal down in order) and dQ (one block per query tile, walking the key
+// dK and dV (one block per key block, walking the query tiles from the
+// diagonal down in order) and dQ (one block per query block, walking the key
 // tiles in order). Each output row has one owner: no atomics, the same bits
 // every run.
 #pragma once
@@ -64,15 +69,12 @@ constexpr bool flash_attention_uses_tensor_cores(int hs) {
 namespace detail {
 
 // T (every template below): float, snug::bfloat16 or snug::half.
-// HS (tensor-core kernels): the head-size capacity, 16, 32, 64 or 128; the
-// kernel takes any hs <= HS that is a multiple of 16.
+// S (tensor-core kernels): the kernel's FlashShape (head size, warps, stages).
 
 inline constexpr int flash_tile = ops::flash_tile_q;
 static_assert(ops::flash_tile_q == ops::flash_tile_k,
               "the kernels pair query tile i with key tile i on the diagonal");
-static_assert(flash_tile == 64, "the tensor-core kernels assume 4 warps of 16 rows and 8 fragments of 8 keys");
-inline constexpr int flash_warps = flash_tile / 16;      // tensor-core kernels: one warp per 16 rows
-inline constexpr int flash_mma_threads = 32 * flash_warps;
+static_assert(flash_tile == 64, "the tensor-core kernels assume key tiles of 8 fragments of 8 keys");
 inline constexpr int flash_pad = 8;                       // elements after each shared row (bank spread, 16-byte rows)
 inline constexpr int flash_chunk = 32;                    // SIMT kernels: channels per shared block and per pass
 inline constexpr int flash_d_rows = 8;                    // D kernel: rows (warps) per block
@@ -97,12 +99,15 @@ struct FlashBlock {
     int tile;
 };
 
+// In 32-bit arithmetic (the grid, B NH, holds fewer than 2^31 blocks), so
+// no 64-bit division routine is called.
 __device__ inline FlashBlock flash_block(int tiles, int NH, bool high_first) {
-    const std::int64_t heads = gridDim.x / tiles;
-    const std::int64_t idx = blockIdx.x;
-    const int i = static_cast<int>(idx / heads);
-    const std::int64_t bh = idx - i * heads;
-    return {bh / NH, bh % NH, bh, high_first ? tiles - 1 - i : i};
+    const unsigned heads = gridDim.x / static_cast<unsigned>(tiles);
+    const unsigned i = blockIdx.x / heads;
+    const unsigned bh = blockIdx.x - i * heads;
+    const auto nh = static_cast<unsigned>(NH);
+    const int tile = static_cast<int>(i);
+    return {bh / nh, bh % nh, bh, high_first ? tiles - 1 - tile : tile};
 }
 
 // ---- SIMT kernels (any T, any hs) ---------------------------------------------------
@@ -363,53 +368,103 @@ __global__ void __launch_bounds__(32 * flash_d_rows)
     if (lane == 0) D[row] = sum;
 }
 
-// ---- tensor-core kernels (bf16, fp16; hs a multiple of 16 up to HS) ---------------------
+// ---- tensor-core kernels (bf16, fp16; hs a multiple of 16 up to 128) ----------------------
 
-// Shared tiles: flash_tile rows of HS elements, flash_pad more per row (so
-// ldmatrix's 8 rows of 16 bytes fall in different banks and each row stays
-// 16-byte aligned).
-template <int HS>
-inline constexpr int flash_stride = HS + flash_pad;
+// A tensor-core kernel's shape, a stateless policy the launcher picks:
+//   HS:     the head size the kernel is compiled for: exactly hs (Exact), or
+//           the capacity of a kernel that takes any multiple of 16 below it,
+//           skipping the channel steps past hs at run time.
+//   Warps:  warps per block, each owning 16 rows: of queries in the forward
+//           and dQ, of keys in dK and dV (so a block owns 16 Warps rows).
+//   Stages: shared buffers of the 64-row tiles the block walks (K and V in
+//           the forward and dQ; Q and dO in dK and dV): with two, the next
+//           tile loads while this one is used; with one, the load waits.
+// Shared rows hold HS elements and flash_pad more (so ldmatrix's 8 rows of
+// 16 bytes fall in different banks and every row stays 16-byte aligned).
+template <int HS, bool Exact, int Warps, int Stages>
+struct FlashShape {
+    static constexpr int hs = HS;
+    static constexpr bool exact = Exact;
+    static constexpr int warps = Warps;
+    static constexpr int stages = Stages;
+    static constexpr int threads = 32 * Warps;
+    static constexpr int rows = 16 * Warps;                    // rows a block owns
+    static constexpr int stride = HS + flash_pad;              // elements per shared row
+    static constexpr int walk_tile = ops::flash_tile_k * stride;  // elements of one walked tile (64 rows)
+    static constexpr int diagonal = rows / ops::flash_tile_k;  // walked tiles that cross the block's diagonal
+    static_assert(HS % 16 == 0 && HS >= 16 && HS <= 128, "head sizes are multiples of 16 up to 128");
+    static_assert(Warps == 4 || Warps == 8, "a block owns one or two 64-row tiles");
+    static_assert(Stages == 1 || Stages == 2, "one or two stages");
+};
 
-template <int HS>
-inline constexpr int flash_tile_elems = flash_tile * flash_stride<HS>;
-
-template <int HS, class T>
-constexpr std::size_t flash_tile_bytes() {
-    return std::size_t{flash_tile_elems<HS>} * sizeof(T);
+// Whether channel step `channel0` (a multiple of 8 or 16) lies within the
+// head: always in an exact kernel, so the check compiles away there.
+template <class S>
+__device__ inline bool flash_channels_used(int channel0, int hs) {
+    return S::exact || channel0 < hs;
 }
-
-// The tiles a kernel walks (K and V in the forward and dQ; Q and dO in dK and
-// dV) come through cp.async. With two stages the next tile loads while the
-// tensor cores work on this one; with one, the load waits for the work. The
-// backward at HS = 128 keeps one stage: two would need 104 KiB of shared
-// memory per block, past the 99 KiB of the consumer cards (sm_86, sm_89)
-// snug is for. The forward has two stages at every HS (87 KiB at 128).
-template <int HS>
-inline constexpr int flash_backward_stages = HS <= 64 ? 2 : 1;
 
 inline constexpr float flash_log2e = 1.4426950408889634f;
 inline constexpr float flash_ln2 = 0.6931471805599453f;
 
-// Issues the copies of one tile into shared memory, 16 bytes each:
-// dst[r][d] = src[r ld + d] for d < hs, r < rows; zeros for the rows past
-// `rows` (rows >= 1). All threads of the block; the caller commits and waits.
-template <int HS, class T>
-__device__ void flash_copy_tile(T* dst, const T* src, std::int64_t ld, int rows, int hs) {
-    constexpr int pieces = HS / 8;  // 16-byte pieces of a row
-    for (int i = static_cast<int>(threadIdx.x); i < flash_tile * pieces; i += static_cast<int>(blockDim.x)) {
-        const int r = i / pieces, c = i % pieces;
-        if (8 * c >= hs) continue;
-        const bool in = r < rows;
-        cp_async<16>(dst + r * flash_stride<HS> + 8 * c, src + (in ? r : 0) * ld + 8 * c, in);
-    }
+// 2^x on the special function unit (ex2.approx.ftz.f32: within 2 ulp,
+// results below 2^-126 flushed to 0, 2^-inf = 0): one instruction, where
+// exp2f adds a rescaling for subnormal results. Emulated the same way.
+__device__ __forceinline__ float flash_exp2(float x) {
+#if defined(SNUG_CUDA_EMULATED)
+    return x < -126.0f ? 0.0f : exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
 }
 
-// Issues the copies of `rows` (>= 1) fp32 row statistics, zeros past them,
-// into flash_tile floats of shared memory. Threads 0 .. flash_tile - 1.
-__device__ inline void flash_copy_stats(float* dst, const float* src, int rows) {
-    const int r = static_cast<int>(threadIdx.x);
-    if (r < flash_tile) cp_async<4>(dst + r, src + (r < rows ? r : 0), r < rows);
+// One thread's share of copying tiles of Rows rows and the head's channels
+// into shared memory by cp.async in 16-byte pieces, unrolled, its source
+// offsets worked out once: the thread copies piece column() of rows row(),
+// row() + step, ... All threads of the block call it alike; the caller
+// commits and waits.
+template <class S, int Rows>
+struct FlashTileCopy {
+    static constexpr int pieces = S::hs / 8;          // 16-byte pieces per row
+    static constexpr int step = S::threads / pieces;  // rows between a thread's pieces
+    static constexpr int count = Rows / step;         // pieces per thread
+    static_assert(S::threads % pieces == 0 && Rows % step == 0, "the block's threads cover the tile evenly");
+
+    std::int64_t src;       // the thread's first piece's offset in the source tile (elements)
+    std::int64_t src_step;  // step rows of the source
+
+    __device__ explicit FlashTileCopy(std::int64_t ld) : src(row() * ld + column()), src_step(step * ld) {}
+
+    // The thread's first row and its piece's first channel (from threadIdx
+    // at each use: cheaper than registers held through the walk).
+    __device__ static int row() { return static_cast<int>(threadIdx.x) / pieces; }
+    __device__ static int column() { return 8 * (static_cast<int>(threadIdx.x) % pieces); }
+
+    // Issues the copies of rows 0 .. Rows - 1 of `tile` (leading dimension
+    // ld; rows >= 1 of them valid) into `shared`, zeros for rows >= rows;
+    // hs: the head's channels (the pieces past them are not copied).
+    template <class T>
+    __device__ void operator()(T* shared, const T* tile, int rows, int hs) const {
+        if (!flash_channels_used<S>(column(), hs)) return;
+        const int r = row();
+        T* dst = shared + r * S::stride + column();
+#pragma unroll
+        for (int j = 0; j < count; ++j) {
+            const bool in = r + j * step < rows;
+            cp_async<16>(dst + j * step * S::stride, in ? tile + src + j * src_step : tile, in);
+        }
+    }
+};
+
+// Issues the copies of the fp32 statistics lse and D of `rows` (>= 1) query
+// rows, zeros past them, into 2 x 64 floats of shared memory (lse, then D):
+// threads 0 .. 127, one value each.
+__device__ inline void flash_copy_stats(float* dst, const float* lse, const float* D, int rows) {
+    const int t = static_cast<int>(threadIdx.x), r = t % ops::flash_tile_k;
+    const float* src = t < ops::flash_tile_k ? lse : D;
+    if (t < 2 * ops::flash_tile_k) cp_async<4>(dst + t, src + (r < rows ? r : 0), r < rows);
 }
 
 // Two adjacent elements of a row, p[0] = a and p[1] = b (p 4-byte aligned):
@@ -424,12 +479,12 @@ __device__ inline void flash_store2(T* p, float a, float b) {
 #endif
 }
 
-// The A fragment of rows 16w .. 16w + 15, channels 16 kk .. 16 kk + 15 of a
-// shared tile.
-template <int HS, class T>
-__device__ inline FragmentA flash_fragment_a(const T* tile, int w, int kk, int lane) {
+// The A fragment of rows row0 .. row0 + 15, channels 16 kk .. 16 kk + 15 of
+// a shared tile.
+template <int Stride, class T>
+__device__ inline FragmentA flash_fragment_a(const T* tile, int row0, int kk, int lane) {
     FragmentA a;
-    ldmatrix_x4(a.x, tile + (16 * w + lane % 16) * flash_stride<HS> + 16 * kk + 8 * (lane / 16));
+    ldmatrix_x4(a.x, tile + (row0 + lane % 16) * Stride + 16 * kk + 8 * (lane / 16));
     return a;
 }
 
@@ -437,10 +492,10 @@ __device__ inline FragmentA flash_fragment_a(const T* tile, int w, int kk, int l
 // as the columns (X Yᵀ, Y's rows 8 nb .. 8 nb + 15 from the shared tile),
 // channels 16 kk .. 16 kk + 15: lanes 8i .. 8i + 7 address matrix i (rows
 // 8 nb + 8 (i / 2) + 0..7, channels 16 kk + 8 (i % 2)).
-template <int HS, class T>
+template <int Stride, class T>
 __device__ inline void flash_fragments_bt(FragmentB& b0, FragmentB& b1, const T* tile, int nb, int kk, int lane) {
     std::uint32_t r[4];
-    ldmatrix_x4(r, tile + (8 * nb + 8 * (lane / 16) + lane % 8) * flash_stride<HS> + 16 * kk + 8 * ((lane / 8) % 2));
+    ldmatrix_x4(r, tile + (8 * nb + 8 * (lane / 16) + lane % 8) * Stride + 16 * kk + 8 * ((lane / 8) % 2));
     b0 = FragmentB{{r[0], r[1]}};
     b1 = FragmentB{{r[2], r[3]}};
 }
@@ -449,10 +504,10 @@ __device__ inline void flash_fragments_bt(FragmentB& b0, FragmentB& b1, const T*
 // right factor (X Y, Y's rows 16 kk .. 16 kk + 15, channels 8 nb .. 8 nb + 15),
 // by ldmatrix.trans: lanes 8i .. 8i + 7 address matrix i (rows 16 kk +
 // 8 (i % 2) + 0..7, channels 8 nb + 8 (i / 2)).
-template <int HS, class T>
+template <int Stride, class T>
 __device__ inline void flash_fragments_b(FragmentB& b0, FragmentB& b1, const T* tile, int nb, int kk, int lane) {
     std::uint32_t r[4];
-    ldmatrix_x4_trans(r, tile + (16 * kk + 8 * ((lane / 8) % 2) + lane % 8) * flash_stride<HS> + 8 * nb + 8 * (lane / 16));
+    ldmatrix_x4_trans(r, tile + (16 * kk + 8 * ((lane / 8) % 2) + lane % 8) * Stride + 8 * nb + 8 * (lane / 16));
     b0 = FragmentB{{r[0], r[1]}};
     b1 = FragmentB{{r[2], r[3]}};
 }
@@ -461,45 +516,74 @@ __device__ inline void flash_fragments_b(FragmentB& b0, FragmentB& b1, const T* 
 // (fragments c[2 kk], c[2 kk + 1]), each value rounded to T: the register
 // trick, and the contract's round().
 template <class T>
-__device__ inline FragmentA flash_repack(const FragmentC (&c)[flash_tile / 8], int kk) {
+__device__ inline FragmentA flash_repack(const FragmentC (&c)[ops::flash_tile_k / 8], int kk) {
     const FragmentC& lo = c[2 * kk];
     const FragmentC& hi = c[2 * kk + 1];
     return FragmentA{{pack2(T(lo.x[0]), T(lo.x[1])), pack2(T(lo.x[2]), T(lo.x[3])), pack2(T(hi.x[0]), T(hi.x[1])),
                       pack2(T(hi.x[2]), T(hi.x[3]))}};
 }
 
-// acc[nb] += A(rows of warp w of `a`) B(rows of `b`)ᵀ over the first hs
-// channels: a 16 x 64 product of two tiles' rows (scores; dO Vᵀ).
-template <int HS, class T>
-__device__ inline void flash_mma_abt(FragmentC (&acc)[flash_tile / 8], const T* a, int w, const T* b, int hs,
-                                     int lane) {
+// The A fragments of a warp's 16 rows of a shared tile, from row row0, over
+// the head's channels (those past hs left zero).
+template <class S, class T>
+__device__ inline void flash_load_rows(FragmentA (&a)[S::hs / 16], const T* tile, int row0, int hs, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk) {
-        if (16 * kk >= hs) break;  // the same for the whole warp
-        const FragmentA fa = flash_fragment_a<HS>(a, w, kk, lane);
+    for (int kk = 0; kk < S::hs / 16; ++kk) {
+        a[kk] = FragmentA{};
+        if (flash_channels_used<S>(16 * kk, hs)) a[kk] = flash_fragment_a<S::stride>(tile, row0, kk, lane);
+    }
+}
+
+// acc[nb] += A Bᵀ over the head's channels: A the warp's 16 rows (fragments
+// `a`), B the 64 rows of the shared tile `b`: a 16 x 64 product (scores; dO
+// Vᵀ; K Qᵀ; V dOᵀ).
+template <class S, class T>
+__device__ inline void flash_mma_abt(FragmentC (&acc)[ops::flash_tile_k / 8], const FragmentA (&a)[S::hs / 16],
+                                     const T* b, int hs, int lane) {
 #pragma unroll
-        for (int nb = 0; nb < flash_tile / 8; nb += 2) {
+    for (int kk = 0; kk < S::hs / 16; ++kk) {
+        if (!flash_channels_used<S>(16 * kk, hs)) continue;  // the same for the whole warp
+#pragma unroll
+        for (int nb = 0; nb < ops::flash_tile_k / 8; nb += 2) {
             FragmentB b0, b1;
-            flash_fragments_bt<HS>(b0, b1, b, nb, kk, lane);
+            flash_fragments_bt<S::stride>(b0, b1, b, nb, kk, lane);
+            mma_m16n8k16<T>(acc[nb], a[kk], b0, acc[nb]);
+            mma_m16n8k16<T>(acc[nb + 1], a[kk], b1, acc[nb + 1]);
+        }
+    }
+}
+
+// The same with A the 16 rows from row0 of a shared tile.
+template <class S, class T>
+__device__ inline void flash_mma_abt(FragmentC (&acc)[ops::flash_tile_k / 8], const T* a, int row0, const T* b,
+                                     int hs, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < S::hs / 16; ++kk) {
+        if (!flash_channels_used<S>(16 * kk, hs)) break;
+        const FragmentA fa = flash_fragment_a<S::stride>(a, row0, kk, lane);
+#pragma unroll
+        for (int nb = 0; nb < ops::flash_tile_k / 8; nb += 2) {
+            FragmentB b0, b1;
+            flash_fragments_bt<S::stride>(b0, b1, b, nb, kk, lane);
             mma_m16n8k16<T>(acc[nb], fa, b0, acc[nb]);
             mma_m16n8k16<T>(acc[nb + 1], fa, b1, acc[nb + 1]);
         }
     }
 }
 
-// acc[nb] += round(P) Y over the first hs channels, P the 16 x 64
-// accumulator `p`, Y a shared tile of 64 rows (P V, dS K, Pᵀ dO, dSᵀ Q).
-template <int HS, class T>
-__device__ inline void flash_mma_pb(FragmentC (&acc)[HS / 8], const FragmentC (&p)[flash_tile / 8], const T* y,
-                                    int hs, int lane) {
+// acc[nb] += round(P) Y over the head's channels, P the 16 x 64 accumulator
+// `p`, Y a shared tile of 64 rows (P V, dS K, Pᵀ dO, dSᵀ Q).
+template <class S, class T>
+__device__ inline void flash_mma_pb(FragmentC (&acc)[S::hs / 8], const FragmentC (&p)[ops::flash_tile_k / 8],
+                                    const T* y, int hs, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < flash_tile / 16; ++kk) {
+    for (int kk = 0; kk < ops::flash_tile_k / 16; ++kk) {
         const FragmentA fa = flash_repack<T>(p, kk);
 #pragma unroll
-        for (int nb = 0; nb < HS / 8; nb += 2) {
-            if (8 * nb >= hs) break;
+        for (int nb = 0; nb < S::hs / 8; nb += 2) {
+            if (!flash_channels_used<S>(8 * nb, hs)) continue;
             FragmentB b0, b1;
-            flash_fragments_b<HS>(b0, b1, y, nb, kk, lane);
+            flash_fragments_b<S::stride>(b0, b1, y, nb, kk, lane);
             mma_m16n8k16<T>(acc[nb], fa, b0, acc[nb]);
             mma_m16n8k16<T>(acc[nb + 1], fa, b1, acc[nb + 1]);
         }
@@ -511,15 +595,27 @@ __device__ inline void flash_mma_pb(FragmentC (&acc)[HS / 8], const FragmentC (&
 __device__ inline int flash_frag_row(int lane, int i) { return lane / 4 + (i >= 2 ? 8 : 0); }
 __device__ inline int flash_frag_col(int lane, int nb, int i) { return 8 * nb + 2 * (lane % 4) + (i & 1); }
 
-// Writes a warp's 16 x hs accumulator, times `scale`, to rows row[0] and
-// row[1] of this lane (those below T_), columns col0 + its fragment columns:
-// row r's element c at dst + row * ld + c.
-template <int HS, class T>
-__device__ inline void flash_store_rows(T* dst, std::int64_t ld, const FragmentC (&acc)[HS / 8], const int (&row)[2],
-                                        const float (&scale)[2], int T_, int hs, int lane) {
+// Sets the scores of a diagonal tile to -inf where the column (key
+// col0 + its fragment column) lies past the row (query row[i / 2]): the
+// causal mask, for an accumulator whose rows are queries and columns keys.
+__device__ inline void flash_mask_keys_after(FragmentC (&s)[ops::flash_tile_k / 8], int col0, const int (&row)[2],
+                                             int lane) {
 #pragma unroll
-    for (int nb = 0; nb < HS / 8; ++nb) {
-        if (8 * nb >= hs) break;
+    for (int nb = 0; nb < ops::flash_tile_k / 8; ++nb) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (col0 + flash_frag_col(lane, nb, i) > row[i / 2]) s[nb].x[i] = -INFINITY;
+    }
+}
+
+// Writes a warp's 16 x hs accumulator, times `scale`, to rows row[0] and
+// row[1] of this lane (those below T_): row r's element c at dst + r ld + c.
+template <class S, class T>
+__device__ inline void flash_store_rows(T* dst, std::int64_t ld, const FragmentC (&acc)[S::hs / 8],
+                                        const int (&row)[2], const float (&scale)[2], int T_, int hs, int lane) {
+#pragma unroll
+    for (int nb = 0; nb < S::hs / 8; ++nb) {
+        if (!flash_channels_used<S>(8 * nb, hs)) break;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (row[r] < T_)
@@ -529,74 +625,120 @@ __device__ inline void flash_store_rows(T* dst, std::int64_t ld, const FragmentC
     }
 }
 
-// Forward, one block of 4 warps per (b, h, query tile), warp w on query rows
-// q0 + 16w .. q0 + 16w + 15, walking the key tiles up to the diagonal with
-// the next K and V loading while this one's products run. Scores are kept in
-// base 2 (scaled by log2(e)), so each exponential is one exp2f. Dynamic
-// shared memory: Q, then K and V twice.
-template <class T, int HS>
-__global__ void __launch_bounds__(flash_mma_threads)
+// How a block walks its tiles, and which of them each warp works on. A block
+// owning rows r0 .. r0 + S::rows - 1 (of queries, or of keys) meets S::diagonal
+// walked tiles that cross its diagonal, the first of them tile r0 / 64; warp
+// w's own diagonal tile is the (w / 4)-th of them (its 16 rows lie in it).
+// Towards the past of the diagonal (the forward's and dQ's key tiles before
+// it, dK and dV's query tiles after it) every tile is whole for every warp.
+// On the diagonal a warp masks its own tile, works whole on the tiles on its
+// past side, and skips those beyond (all masked).
+enum class FlashTileWork { skip, masked, whole };
+
+// For a block walking key tiles (forward, dQ): key tile `first + d` of the
+// diagonal, for warp w.
+__device__ inline FlashTileWork flash_key_tile_work(int d, int w) {
+    return d == w / 4 ? FlashTileWork::masked : (d < w / 4 ? FlashTileWork::whole : FlashTileWork::skip);
+}
+
+// For a block walking query tiles (dK, dV): query tile `first + d`.
+__device__ inline FlashTileWork flash_query_tile_work(int d, int w) {
+    return d == w / 4 ? FlashTileWork::masked : (d > w / 4 ? FlashTileWork::whole : FlashTileWork::skip);
+}
+
+// The forward's blocks per SM that ptxas must keep registers for (launch
+// bounds): at head sizes up to 64, two on sm_90 (128 registers a thread, so
+// two blocks of 36 KiB and 16 warps an SM); elsewhere one, where ptxas (nvcc
+// 13.0) takes 128 registers unasked on sm_86 and sm_89 and, asked, spills 4
+// bytes to keep them. The static report reads the result.
+template <class S>
+inline constexpr int flash_forward_min_blocks =
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    S::hs <= 64 ? 2 : 1;
+#else
+    0;  // none asked (0 is CUDA's "unspecified")
+#endif
+
+// Shared memory of the forward: two stages of a K and a V tile (Q lands
+// first on the second stage, and moves to registers before any K or V does).
+template <class S, class T>
+constexpr std::size_t flash_forward_shared_bytes() {
+    static_assert(S::rows * S::stride <= 2 * S::walk_tile, "Q fits in one stage");
+    return std::size_t{4} * S::walk_tile * sizeof(T);
+}
+
+// Forward, one block per (b, h, S::rows query rows), warp w on query rows
+// q0 + 16w .. q0 + 16w + 15, holding them as A fragments. The key tiles before
+// the diagonal (whole for every warp) in a loop, the next K and V loading
+// while this one's products run; then the S::diagonal tiles of the diagonal,
+// each warp masking its own. Per key tile: S = Q Kᵀ, the online softmax in
+// base 2 (the scale folded into the exponent's FMA: p = 2^(s c - m), with c =
+// log2(e) / sqrt(hs) and m the running max of s c), then O += round(P) V.
+template <class T, class S>
+__global__ void __launch_bounds__(S::threads, flash_forward_min_blocks<S>)
     flash_forward_mma_kernel(T* out,        // (B, T, C)
                              float* lse,    // (B, NH, T)
                              const T* qkv,  // (B, T, 3C)
                              int T_, int C, int NH) {
-    constexpr int nf = flash_tile / 8;  // score fragments per warp
-    constexpr int tile = flash_tile_elems<HS>;
-    T* sq = dynamic_shared<T>();
-    T* sk = sq + tile;      // stage s at sk + s * tile
-    T* sv = sk + 2 * tile;  // stage s at sv + s * tile
-    const int hs = C / NH;
-    const int tiles = (T_ + flash_tile - 1) / flash_tile;
-    const FlashBlock blk = flash_block(tiles, NH, true);
+    constexpr int nf = ops::flash_tile_k / 8;  // score fragments per warp and key tile
+    constexpr int tile = S::walk_tile;
+    T* kv = dynamic_shared<T>();  // stage s: K at kv + 2s tile, V at kv + (2s + 1) tile
+    const int hs = S::exact ? S::hs : C / NH;
+    const FlashBlock blk = flash_block((T_ + S::rows - 1) / S::rows, NH, true);
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
-    const int q0 = blk.tile * flash_tile;
+    const int q0 = blk.tile * S::rows, first = q0 / ops::flash_tile_k;
+    const int key_tiles = min(first + S::diagonal, (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k);
     const std::int64_t ld = 3 * std::int64_t{C};
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const float scale_log2 = flash_log2e / sqrtf(static_cast<float>(hs));
-    int row[2];  // this lane's two query rows
-    for (int i = 0; i < 2; ++i) row[i] = q0 + 16 * w + flash_frag_row(lane, 2 * i);
+    const int row[2] = {q0 + 16 * w + flash_frag_row(lane, 0), q0 + 16 * w + flash_frag_row(lane, 2)};
+    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld);
+    const auto load_keys = [&](int kt) {
+        const int k0 = kt * ops::flash_tile_k;
+        T* stage = kv + (kt % 2) * 2 * tile;
+        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
+        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
+        cp_async_commit();
+    };
 
-    flash_copy_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
-    flash_copy_tile<HS>(sk, seq + C, ld, T_, hs);
-    flash_copy_tile<HS>(sv, seq + 2 * C, ld, T_, hs);
+    FlashTileCopy<S, S::rows>{ld}(kv + 2 * tile, seq + q0 * ld, T_ - q0, hs);
     cp_async_commit();
-    FragmentC o[HS / 8] = {};
+    load_keys(0);
+    cp_async_wait<1>();
+    __syncthreads();  // Q has landed
+    FragmentA q[S::hs / 16];
+    flash_load_rows<S>(q, kv + 2 * tile, 16 * w, hs, lane);
+
+    FragmentC o[S::hs / 8] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m in base 2; l: this lane's part of the row sums
-    for (int kt = 0; kt <= blk.tile; ++kt) {
-        const int k0 = kt * flash_tile;
+    const auto begin = [&](int kt) {
         cp_async_wait<0>();
-        __syncthreads();  // tile kt has landed; every warp is done with tile kt - 1 (the other stage)
-        if (kt < blk.tile) {
-            const int next = k0 + flash_tile, stage = (kt + 1) % 2;
-            flash_copy_tile<HS>(sk + stage * tile, seq + next * ld + C, ld, T_ - next, hs);
-            flash_copy_tile<HS>(sv + stage * tile, seq + next * ld + 2 * C, ld, T_ - next, hs);
-            cp_async_commit();
-        }
-        const T* k = sk + (kt % 2) * tile;
-        const T* v = sv + (kt % 2) * tile;
+        __syncthreads();  // tile kt has landed; every warp is done with tile kt - 1 (and with Q)
+        if (kt + 1 < key_tiles) load_keys(kt + 1);
+    };
+    const auto attend = [&](auto masked, int kt) {
+        const T* k = kv + (kt % 2) * 2 * tile;
         FragmentC s[nf] = {};
-        flash_mma_abt<HS>(s, sq, w, k, hs, lane);
-        float row_max[2] = {m[0], m[1]};
+        flash_mma_abt<S>(s, q, k, hs, lane);
+        if constexpr (decltype(masked)::value) flash_mask_keys_after(s, kt * ops::flash_tile_k, row, lane);
+        float top[2] = {-INFINITY, -INFINITY};  // the tile's row maxima of the unscaled scores
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float x = scale_log2 * s[nb].x[i];
-                if (kt == blk.tile && k0 + flash_frag_col(lane, nb, i) > row[i / 2]) x = -INFINITY;
-                s[nb].x[i] = x;
-                row_max[i / 2] = fmaxf(row_max[i / 2], x);
-            }
+            for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nb].x[i]);
         }
         float alpha[2];
+#pragma unroll
         for (int r = 0; r < 2; ++r) {  // the row's 4 lanes (a quad) agree on its max
-            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(full_warp, row_max[r], 1));
-            row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(full_warp, row_max[r], 2));
-            alpha[r] = exp2f(m[r] - row_max[r]);  // 0 on the first tile (m = -inf)
+            top[r] = fmaxf(top[r], __shfl_xor_sync(full_warp, top[r], 1));
+            top[r] = fmaxf(top[r], __shfl_xor_sync(full_warp, top[r], 2));
+            const float next = fmaxf(m[r], top[r] * scale_log2);
+            alpha[r] = flash_exp2(m[r] - next);  // 0 on the first tile (m = -inf)
             l[r] *= alpha[r];
-            m[r] = row_max[r];
+            m[r] = next;
         }
 #pragma unroll
-        for (int nb = 0; nb < HS / 8; ++nb) {
+        for (int nb = 0; nb < S::hs / 8; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) o[nb].x[i] *= alpha[i / 2];
         }
@@ -604,20 +746,35 @@ __global__ void __launch_bounds__(flash_mma_threads)
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float p = exp2f(s[nb].x[i] - m[i / 2]);  // 0 where masked
+                const float p = flash_exp2(fmaf(s[nb].x[i], scale_log2, -m[i / 2]));  // 0 where masked
                 s[nb].x[i] = p;
                 l[i / 2] += p;
             }
         }
-        flash_mma_pb<HS>(o, s, v, hs, lane);
+        flash_mma_pb<S>(o, s, k + tile, hs, lane);
+    };
+
+    for (int kt = 0; kt < first; ++kt) {
+        begin(kt);
+        attend(std::false_type{}, kt);
     }
+#pragma unroll
+    for (int d = 0; d < S::diagonal; ++d) {
+        if (first + d >= key_tiles) break;
+        begin(first + d);
+        if (q0 + 16 * w >= T_) continue;  // the warp's rows are all past the sequence
+        const FlashTileWork work = flash_key_tile_work(d, w);
+        if (work == FlashTileWork::masked) attend(std::true_type{}, first + d);
+        if (work == FlashTileWork::whole) attend(std::false_type{}, first + d);
+    }
+
     float inv_l[2];
     for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(full_warp, l[r], 1);
         l[r] += __shfl_xor_sync(full_warp, l[r], 2);
         inv_l[r] = 1.0f / l[r];
     }
-    flash_store_rows<HS>(out + blk.b * T_ * C + blk.h * hs, C, o, row, inv_l, T_, hs, lane);
+    flash_store_rows<S>(out + blk.b * T_ * C + blk.h * hs, C, o, row, inv_l, T_, hs, lane);
     if (lane % 4 == 0) {
         for (int r = 0; r < 2; ++r) {
             if (row[r] < T_) lse[blk.bh * T_ + row[r]] = m[r] * flash_ln2 + logf(l[r]);
@@ -625,34 +782,43 @@ __global__ void __launch_bounds__(flash_mma_threads)
     }
 }
 
-// dK and dV, one block of 4 warps per (b, h, key tile), warp w on key rows
-// k0 + 16w .. k0 + 16w + 15, walking the query tiles from the diagonal on:
-// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys x 64 queries per warp), Pᵀ and dSᵀ in
-// place, then dV += round(Pᵀ) dO and dK += round(dSᵀ) Q. Dynamic shared
-// memory: K, V, then per stage a Q and a dO tile, then per stage lse and D
-// of the query tile (fp32).
-template <class T, int HS>
-__global__ void __launch_bounds__(flash_mma_threads)
+// Shared memory of dK and dV: K and V of the block's keys, then per stage a
+// Q and a dO tile and the query tile's lse and D (fp32).
+template <class S, class T>
+constexpr std::size_t flash_backward_key_shared_bytes() {
+    return std::size_t{2} * S::rows * S::stride * sizeof(T) +
+           std::size_t{S::stages} * (2 * S::walk_tile * sizeof(T) + 2 * ops::flash_tile_k * sizeof(float));
+}
+
+// dK and dV, one block per (b, h, S::rows key rows), warp w on key rows
+// k0 + 16w .. k0 + 16w + 15. The S::diagonal query tiles of the diagonal
+// first, each warp masking its own, then the query tiles after it (whole for
+// every warp) in a loop, in order, with the next Q and dO loading while this
+// one's products run when S::stages is 2. Per query tile: Sᵀ = K Qᵀ and
+// dPᵀ = V dOᵀ (16 keys x 64 queries per warp), Pᵀ = 2^(Sᵀ c - lse log2(e))
+// and dSᵀ = Pᵀ (dPᵀ - D) in place, then dV += round(Pᵀ) dO and
+// dK += round(dSᵀ) Q. Query rows past T_ arrive as zeros (Q, dO, lse and D)
+// and add exact zeros.
+template <class T, class S>
+__global__ void __launch_bounds__(S::threads)
     flash_backward_key_mma_kernel(T* dqkv,           // (B, T, 3C) k and v parts written
                                   const T* dout,     // (B, T, C)
                                   const T* qkv,      // (B, T, 3C)
                                   const float* lse,  // (B, NH, T)
                                   const float* D,    // (B, NH, T)
                                   int T_, int C, int NH) {
-    constexpr int nf = flash_tile / 8;
-    constexpr int tile = flash_tile_elems<HS>;
-    constexpr int stages = flash_backward_stages<HS>;
+    constexpr int nf = ops::flash_tile_k / 8;
+    constexpr int tile = S::walk_tile;
+    // A stage: Q, dO, then lse and D (2 x 64 floats), as elements of T.
+    constexpr int stage_elems = 2 * tile + static_cast<int>(2 * ops::flash_tile_k * sizeof(float) / sizeof(T));
     T* sk = dynamic_shared<T>();
-    T* sv = sk + tile;
-    T* sq = sv + tile;             // stage s at sq + s * tile
-    T* so = sq + stages * tile;    // stage s at so + s * tile
-    float* s_lse = reinterpret_cast<float*>(so + stages * tile);  // stage s at s_lse + s * flash_tile
-    float* s_D = s_lse + stages * flash_tile;
-    const int hs = C / NH;
-    const int tiles = (T_ + flash_tile - 1) / flash_tile;
-    const FlashBlock blk = flash_block(tiles, NH, false);
+    T* sv = sk + S::rows * S::stride;
+    T* stages = sv + S::rows * S::stride;  // stage s at stages + s * stage_elems
+    const int hs = S::exact ? S::hs : C / NH;
+    const int query_tiles = (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k;
+    const FlashBlock blk = flash_block((T_ + S::rows - 1) / S::rows, NH, false);
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
-    const int k0 = blk.tile * flash_tile;
+    const int k0 = blk.tile * S::rows, first = k0 / ops::flash_tile_k;
     const std::int64_t ld = 3 * std::int64_t{C};
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
@@ -660,136 +826,183 @@ __global__ void __launch_bounds__(flash_mma_threads)
     const float* D_bh = D + blk.bh * T_;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float scale_log2 = flash_log2e * scale;
-    int key[2];  // this lane's two key rows
-    for (int i = 0; i < 2; ++i) key[i] = k0 + 16 * w + flash_frag_row(lane, 2 * i);
-    // The query tile qt's Q, dO, lse and D into stage s.
-    const auto copy_queries = [&](int qt, int s) {
-        const int q0 = qt * flash_tile;
-        flash_copy_tile<HS>(sq + s * tile, seq + q0 * ld, ld, T_ - q0, hs);
-        flash_copy_tile<HS>(so + s * tile, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
-        flash_copy_stats(s_lse + s * flash_tile, lse_bh + q0, T_ - q0);
-        flash_copy_stats(s_D + s * flash_tile, D_bh + q0, T_ - q0);
+    const int key[2] = {k0 + 16 * w + flash_frag_row(lane, 0), k0 + 16 * w + flash_frag_row(lane, 2)};
+    const FlashTileCopy<S, ops::flash_tile_k> copy_tile(ld), copy_dout(C);
+    const auto stage_of = [&](int qt) { return stages + ((qt - first) % S::stages) * stage_elems; };
+    const auto load_queries = [&](int qt) {
+        const int q0 = qt * ops::flash_tile_k;
+        T* stage = stage_of(qt);
+        copy_tile(stage, seq + q0 * ld, T_ - q0, hs);
+        copy_dout(stage + tile, dO + q0 * std::int64_t{C}, T_ - q0, hs);
+        flash_copy_stats(reinterpret_cast<float*>(stage + 2 * tile), lse_bh + q0, D_bh + q0, T_ - q0);
         cp_async_commit();
     };
 
-    flash_copy_tile<HS>(sk, seq + k0 * ld + C, ld, T_ - k0, hs);
-    flash_copy_tile<HS>(sv, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
-    copy_queries(blk.tile, 0);
-    FragmentC dk[HS / 8] = {}, dv[HS / 8] = {};
-    for (int qt = blk.tile; qt < tiles; ++qt) {
-        const int q0 = qt * flash_tile;
-        const int s = (qt - blk.tile) % stages;
+    const FlashTileCopy<S, S::rows> copy_keys(ld);
+    copy_keys(sk, seq + k0 * ld + C, T_ - k0, hs);
+    copy_keys(sv, seq + k0 * ld + 2 * C, T_ - k0, hs);
+    load_queries(first);
+    FragmentC dk[S::hs / 8] = {}, dv[S::hs / 8] = {};
+    const auto begin = [&](int qt) {
         cp_async_wait<0>();
         __syncthreads();  // tile qt has landed; every warp is done with the other stage
-        if (stages == 2 && qt + 1 < tiles) copy_queries(qt + 1, 1 - s);
-        const T* q = sq + s * tile;
-        const T* o = so + s * tile;
-        const float* lse_q = s_lse + s * flash_tile;
-        const float* D_q = s_D + s * flash_tile;
+        if (S::stages == 2 && qt + 1 < query_tiles) load_queries(qt + 1);
+    };
+    const auto end = [&](int qt) {
+        if (S::stages == 1 && qt + 1 < query_tiles) {
+            __syncthreads();  // every warp is done with the stage
+            load_queries(qt + 1);
+        }
+    };
+    const auto attend = [&](auto masked, int qt) {
+        const T* q = stage_of(qt);
+        const T* o = q + tile;
+        const float* lse_q = reinterpret_cast<const float*>(q + 2 * tile);
+        const float* D_q = lse_q + ops::flash_tile_k;
         FragmentC st[nf] = {}, dpt[nf] = {};
-        flash_mma_abt<HS>(st, sk, w, q, hs, lane);
-        flash_mma_abt<HS>(dpt, sv, w, o, hs, lane);
+        flash_mma_abt<S>(st, sk, 16 * w, q, hs, lane);
+        flash_mma_abt<S>(dpt, sv, 16 * w, o, hs, lane);
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
+            const int c = flash_frag_col(lane, nb, 0);  // this lane's columns c, c + 1
+            const float2 lse_c = *reinterpret_cast<const float2*>(lse_q + c);
+            const float2 D_c = *reinterpret_cast<const float2*>(D_q + c);
+            const float shift[2] = {-flash_log2e * lse_c.x, -flash_log2e * lse_c.y}, d[2] = {D_c.x, D_c.y};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int c = flash_frag_col(lane, nb, i), t = q0 + c;
-                const float p = t < T_ && key[i / 2] <= t
-                                    ? exp2f(fmaf(scale_log2, st[nb].x[i], -flash_log2e * lse_q[c]))
-                                    : 0.0f;
+                float p = flash_exp2(fmaf(st[nb].x[i], scale_log2, shift[i & 1]));
+                if constexpr (decltype(masked)::value) {
+                    if (qt * ops::flash_tile_k + c + (i & 1) < key[i / 2]) p = 0.0f;
+                }
                 st[nb].x[i] = p;
-                dpt[nb].x[i] = p * (dpt[nb].x[i] - D_q[c]);
+                dpt[nb].x[i] = p * (dpt[nb].x[i] - d[i & 1]);
             }
         }
-        flash_mma_pb<HS>(dv, st, o, hs, lane);
-        flash_mma_pb<HS>(dk, dpt, q, hs, lane);
-        if (stages == 1 && qt + 1 < tiles) {
-            __syncthreads();  // every warp is done with this stage
-            copy_queries(qt + 1, 0);
+        flash_mma_pb<S>(dv, st, o, hs, lane);
+        flash_mma_pb<S>(dk, dpt, q, hs, lane);
+    };
+
+#pragma unroll
+    for (int d = 0; d < S::diagonal; ++d) {
+        if (first + d >= query_tiles) break;
+        begin(first + d);
+        if (k0 + 16 * w < T_) {  // else the warp's keys are all past the sequence
+            const FlashTileWork work = flash_query_tile_work(d, w);
+            if (work == FlashTileWork::masked) attend(std::true_type{}, first + d);
+            if (work == FlashTileWork::whole) attend(std::false_type{}, first + d);
         }
+        end(first + d);
+    }
+    for (int qt = first + S::diagonal; qt < query_tiles; ++qt) {
+        begin(qt);
+        attend(std::false_type{}, qt);
+        end(qt);
     }
     T* dst = dqkv + blk.b * T_ * ld + blk.h * hs;
     const float dk_scale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    flash_store_rows<HS>(dst + C, ld, dk, key, dk_scale, T_, hs, lane);
-    flash_store_rows<HS>(dst + 2 * C, ld, dv, key, one, T_, hs, lane);
+    flash_store_rows<S>(dst + C, ld, dk, key, dk_scale, T_, hs, lane);
+    flash_store_rows<S>(dst + 2 * C, ld, dv, key, one, T_, hs, lane);
 }
 
-// dQ, one block of 4 warps per (b, h, query tile), warp w on query rows
-// q0 + 16w .. q0 + 16w + 15, walking the key tiles up to the diagonal:
-// S = Q Kᵀ and dP = dO Vᵀ, P and dS in place, then dQ += round(dS) K.
-// Dynamic shared memory: Q, dO, then per stage a K and a V tile.
-template <class T, int HS>
-__global__ void __launch_bounds__(flash_mma_threads)
+// Shared memory of dQ: Q and dO of the block's queries, then per stage a K
+// and a V tile.
+template <class S, class T>
+constexpr std::size_t flash_backward_query_shared_bytes() {
+    return (std::size_t{2} * S::rows * S::stride + std::size_t{S::stages} * 2 * S::walk_tile) * sizeof(T);
+}
+
+// dQ, one block per (b, h, S::rows query rows), warp w on query rows
+// q0 + 16w .. q0 + 16w + 15, walking the key tiles as the forward does: per
+// key tile S = Q Kᵀ and dP = dO Vᵀ, P and dS in place, then dQ += round(dS) K.
+template <class T, class S>
+__global__ void __launch_bounds__(S::threads)
     flash_backward_query_mma_kernel(T* dqkv,           // (B, T, 3C) q part written
                                     const T* dout,     // (B, T, C)
                                     const T* qkv,      // (B, T, 3C)
                                     const float* lse,  // (B, NH, T)
                                     const float* D,    // (B, NH, T)
                                     int T_, int C, int NH) {
-    constexpr int nf = flash_tile / 8;
-    constexpr int tile = flash_tile_elems<HS>;
-    constexpr int stages = flash_backward_stages<HS>;
+    constexpr int nf = ops::flash_tile_k / 8;
+    constexpr int tile = S::walk_tile;
     T* sq = dynamic_shared<T>();
-    T* so = sq + tile;
-    T* sk = so + tile;              // stage s at sk + s * tile
-    T* sv = sk + stages * tile;     // stage s at sv + s * tile
-    const int hs = C / NH;
-    const int tiles = (T_ + flash_tile - 1) / flash_tile;
-    const FlashBlock blk = flash_block(tiles, NH, true);
+    T* so = sq + S::rows * S::stride;
+    T* skv = so + S::rows * S::stride;  // stage s: K at skv + 2s tile, V at skv + (2s + 1) tile
+    const int hs = S::exact ? S::hs : C / NH;
+    const FlashBlock blk = flash_block((T_ + S::rows - 1) / S::rows, NH, true);
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
-    const int q0 = blk.tile * flash_tile;
+    const int q0 = blk.tile * S::rows, first = q0 / ops::flash_tile_k;
+    const int key_tiles = min(first + S::diagonal, (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k);
     const std::int64_t ld = 3 * std::int64_t{C};
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float scale_log2 = flash_log2e * scale;
-    int row[2];
-    float lse_r[2], D_r[2];  // lse_r in base 2
-    for (int i = 0; i < 2; ++i) {
-        row[i] = q0 + 16 * w + flash_frag_row(lane, 2 * i);
-        lse_r[i] = row[i] < T_ ? flash_log2e * lse[blk.bh * T_ + row[i]] : 0.0f;
-        D_r[i] = row[i] < T_ ? D[blk.bh * T_ + row[i]] : 0.0f;
+    const int row[2] = {q0 + 16 * w + flash_frag_row(lane, 0), q0 + 16 * w + flash_frag_row(lane, 2)};
+    float shift[2], D_r[2];  // -lse log2(e) and D of the lane's rows
+    for (int r = 0; r < 2; ++r) {
+        shift[r] = row[r] < T_ ? -flash_log2e * lse[blk.bh * T_ + row[r]] : 0.0f;
+        D_r[r] = row[r] < T_ ? D[blk.bh * T_ + row[r]] : 0.0f;
     }
-    // The key tile kt's K and V into stage s.
-    const auto copy_keys = [&](int kt, int s) {
-        const int k0 = kt * flash_tile;
-        flash_copy_tile<HS>(sk + s * tile, seq + k0 * ld + C, ld, T_ - k0, hs);
-        flash_copy_tile<HS>(sv + s * tile, seq + k0 * ld + 2 * C, ld, T_ - k0, hs);
+    const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld);
+    const auto load_keys = [&](int kt) {
+        const int k0 = kt * ops::flash_tile_k;
+        T* stage = skv + (kt % S::stages) * 2 * tile;
+        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
+        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
         cp_async_commit();
     };
 
-    flash_copy_tile<HS>(sq, seq + q0 * ld, ld, T_ - q0, hs);
-    flash_copy_tile<HS>(so, dO + q0 * std::int64_t{C}, C, T_ - q0, hs);
-    copy_keys(0, 0);
-    FragmentC dq[HS / 8] = {};
-    for (int kt = 0; kt <= blk.tile; ++kt) {
-        const int k0 = kt * flash_tile;
-        const int s = kt % stages;
+    const FlashTileCopy<S, S::rows> copy_rows(ld), copy_dout(C);
+    copy_rows(sq, seq + q0 * ld, T_ - q0, hs);
+    copy_dout(so, dO + q0 * std::int64_t{C}, T_ - q0, hs);
+    load_keys(0);
+    FragmentC dq[S::hs / 8] = {};
+    const auto begin = [&](int kt) {
         cp_async_wait<0>();
         __syncthreads();  // tile kt has landed; every warp is done with the other stage
-        if (stages == 2 && kt < blk.tile) copy_keys(kt + 1, 1 - s);
-        const T* k = sk + s * tile;
-        const T* v = sv + s * tile;
+        if (S::stages == 2 && kt + 1 < key_tiles) load_keys(kt + 1);
+    };
+    const auto end = [&](int kt) {
+        if (S::stages == 1 && kt + 1 < key_tiles) {
+            __syncthreads();  // every warp is done with the stage
+            load_keys(kt + 1);
+        }
+    };
+    const auto attend = [&](auto masked, int kt) {
+        const T* k = skv + (kt % S::stages) * 2 * tile;
         FragmentC sc[nf] = {}, dp[nf] = {};
-        flash_mma_abt<HS>(sc, sq, w, k, hs, lane);
-        flash_mma_abt<HS>(dp, so, w, v, hs, lane);
+        flash_mma_abt<S>(sc, sq, 16 * w, k, hs, lane);
+        flash_mma_abt<S>(dp, so, 16 * w, k + tile, hs, lane);
+        if constexpr (decltype(masked)::value) flash_mask_keys_after(sc, kt * ops::flash_tile_k, row, lane);
 #pragma unroll
         for (int nb = 0; nb < nf; ++nb) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int r = i / 2, j = k0 + flash_frag_col(lane, nb, i);
-                const float p = row[r] < T_ && j <= row[r] ? exp2f(fmaf(scale_log2, sc[nb].x[i], -lse_r[r])) : 0.0f;
-                dp[nb].x[i] = p * (dp[nb].x[i] - D_r[r]);
+                const float p = flash_exp2(fmaf(sc[nb].x[i], scale_log2, shift[i / 2]));  // 0 where masked
+                dp[nb].x[i] = p * (dp[nb].x[i] - D_r[i / 2]);
             }
         }
-        flash_mma_pb<HS>(dq, dp, k, hs, lane);
-        if (stages == 1 && kt < blk.tile) {
-            __syncthreads();  // every warp is done with this stage
-            copy_keys(kt + 1, 0);
+        flash_mma_pb<S>(dq, dp, k, hs, lane);
+    };
+
+    for (int kt = 0; kt < first; ++kt) {
+        begin(kt);
+        attend(std::false_type{}, kt);
+        end(kt);
+    }
+#pragma unroll
+    for (int d = 0; d < S::diagonal; ++d) {
+        if (first + d >= key_tiles) break;
+        begin(first + d);
+        if (q0 + 16 * w < T_) {  // else the warp's rows are all past the sequence
+            const FlashTileWork work = flash_key_tile_work(d, w);
+            if (work == FlashTileWork::masked) attend(std::true_type{}, first + d);
+            if (work == FlashTileWork::whole) attend(std::false_type{}, first + d);
         }
+        end(first + d);
     }
     const float dq_scale[2] = {scale, scale};
-    flash_store_rows<HS>(dqkv + blk.b * T_ * ld + blk.h * hs, ld, dq, row, dq_scale, T_, hs, lane);
+    flash_store_rows<S>(dqkv + blk.b * T_ * ld + blk.h * hs, ld, dq, row, dq_scale, T_, hs, lane);
 }
 
 // ---- host side ---------------------------------------------------------------------------
@@ -812,18 +1025,40 @@ inline void check_flash_aligned(const char* op, const char* name, const void* p)
                     "tensor to a multiple of 16 bytes");
 }
 
-// Calls f(std::integral_constant<int, HS>{}) with the smallest head-size
-// capacity HS (16, 32, 64, 128) that holds hs.
-template <class F>
-void flash_with_capacity(int hs, F&& f) {
-    if (hs <= 16) {
-        f(std::integral_constant<int, 16>{});
-    } else if (hs <= 32) {
-        f(std::integral_constant<int, 32>{});
-    } else if (hs <= 64) {
-        f(std::integral_constant<int, 64>{});
+// Calls f(Shape{}) with the tensor-core kernels' shape (FlashShape) for
+// head size hs (a multiple of 16 up to 128), Warps and Stages: the exact
+// kernels at 64 and 128, the capacity kernels above any other.
+template <int Warps, int Stages, class F>
+void flash_with_head(int hs, F&& f) {
+    if (hs == 64) {
+        f(FlashShape<64, true, Warps, Stages>{});
+    } else if (hs == 128) {
+        f(FlashShape<128, true, Warps, Stages>{});
+    } else if (hs < 64) {
+        f(FlashShape<64, false, Warps, Stages>{});
     } else {
-        f(std::integral_constant<int, 128>{});
+        f(FlashShape<128, false, Warps, Stages>{});
+    }
+}
+
+// The least shared memory a block may opt in to on the cards the tensor-core
+// kernels run on (sm_80 and later): 99 KiB, on sm_86 and sm_89.
+inline constexpr std::size_t flash_least_optin = std::size_t{99} << 10;
+
+// Calls f(Wide{}) where the card's blocks may opt in to WideBytes of shared
+// memory (Wide's, for the backward kernel at hand), else f(Narrow{}): each
+// backward kernel takes 8 warps and two stages where the card holds them
+// (every card at hs 64; at 128, Hopper's 227 KiB), else 4 warps and one stage
+// (hs 128 on sm_86 and sm_89). Narrow is compiled only where some card needs it.
+template <class Wide, class Narrow, std::size_t WideBytes, class F>
+void flash_backward_shape(std::size_t optin, F&& f) {
+    if constexpr (WideBytes <= flash_least_optin) {
+        (void)optin;
+        f(Wide{});
+    } else if (WideBytes <= optin) {
+        f(Wide{});
+    } else {
+        f(Narrow{});
     }
 }
 
@@ -842,22 +1077,25 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
     detail::check_flash_attention("flash_attention_forward", B, T_, C, NH);
     if (ops::flash_stat_elems(B, T_, NH) == 0) return;
     const int hs = C / NH;
-    const auto blocks = static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + detail::flash_tile - 1) / detail::flash_tile));
+    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
+        return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
+    };
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_forward", "qkv", qkv);
             detail::check_flash_aligned("flash_attention_forward", "out", out);
-            detail::flash_with_capacity(hs, [&](auto capacity) {
-                constexpr int HS = decltype(capacity)::value;
-                const std::size_t shared = detail::dynamic_shared_bytes(detail::flash_forward_mma_kernel<T, HS>,
-                                                                        5 * detail::flash_tile_bytes<HS, T>());
-                launch<detail::flash_forward_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, shared, dev.stream,
-                                                                out, lse, qkv, T_, C, NH);
+            detail::flash_with_head<8, 2>(hs, [&](auto shape) {
+                using S = decltype(shape);
+                const std::size_t shared = detail::dynamic_shared_bytes(
+                    detail::flash_forward_mma_kernel<T, S>, detail::flash_forward_shared_bytes<S, T>());
+                launch<detail::flash_forward_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared, dev.stream, out,
+                                                               lse, qkv, T_, C, NH);
             });
             return;
         }
     }
-    launch<detail::flash_forward_simt_kernel<T>>(blocks, detail::flash_tile, 0, dev.stream, out, lse, qkv, T_, C, NH);
+    launch<detail::flash_forward_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, out,
+                                                 lse, qkv, T_, C, NH);
 }
 
 // Causal self-attention, backward, per ops/flash_attention.hpp: dqkv
@@ -880,33 +1118,46 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
     launch<detail::flash_backward_d_kernel<T>>(
         static_cast<unsigned>((rows + detail::flash_d_rows - 1) / detail::flash_d_rows), 32 * detail::flash_d_rows, 0,
         dev.stream, scratch, dout, out, T_, C, NH, static_cast<int>(rows));
-    const auto blocks = static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + detail::flash_tile - 1) / detail::flash_tile));
+    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
+        return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
+    };
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
             detail::check_flash_aligned("flash_attention_backward", "qkv", qkv);
             detail::check_flash_aligned("flash_attention_backward", "dout", dout);
             detail::check_flash_aligned("flash_attention_backward", "dqkv", dqkv);
-            detail::flash_with_capacity(hs, [&](auto capacity) {
-                constexpr int HS = decltype(capacity)::value;
-                constexpr int stages = detail::flash_backward_stages<HS>;
-                const std::size_t key_shared =
-                    detail::dynamic_shared_bytes(detail::flash_backward_key_mma_kernel<T, HS>,
-                                                 (2 + 2 * stages) * detail::flash_tile_bytes<HS, T>() +
-                                                     2 * stages * detail::flash_tile * sizeof(float));
-                launch<detail::flash_backward_key_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, key_shared,
-                                                                     dev.stream, dqkv, dout, qkv, lse, scratch, T_, C, NH);
-                const std::size_t query_shared = detail::dynamic_shared_bytes(
-                    detail::flash_backward_query_mma_kernel<T, HS>, (2 + 2 * stages) * detail::flash_tile_bytes<HS, T>());
-                launch<detail::flash_backward_query_mma_kernel<T, HS>>(blocks, detail::flash_mma_threads, query_shared,
-                                                                       dev.stream, dqkv, dout, qkv, lse, scratch, T_,
-                                                                       C, NH);
+            const std::size_t optin = device_facts().shared_per_block_optin;
+            detail::flash_with_head<8, 2>(hs, [&](auto wide) {
+                using Wide = decltype(wide);
+                using Narrow = detail::FlashShape<Wide::hs, Wide::exact, 4, 1>;
+                detail::flash_backward_shape<Wide, Narrow, detail::flash_backward_key_shared_bytes<Wide, T>()>(
+                    optin, [&](auto shape) {
+                        using S = decltype(shape);
+                        const std::size_t shared =
+                            detail::dynamic_shared_bytes(detail::flash_backward_key_mma_kernel<T, S>,
+                                                         detail::flash_backward_key_shared_bytes<S, T>());
+                        launch<detail::flash_backward_key_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared,
+                                                                            dev.stream, dqkv, dout, qkv, lse, scratch,
+                                                                            T_, C, NH);
+                    });
+                detail::flash_backward_shape<Wide, Narrow, detail::flash_backward_query_shared_bytes<Wide, T>()>(
+                    optin, [&](auto shape) {
+                        using S = decltype(shape);
+                        const std::size_t shared =
+                            detail::dynamic_shared_bytes(detail::flash_backward_query_mma_kernel<T, S>,
+                                                         detail::flash_backward_query_shared_bytes<S, T>());
+                        launch<detail::flash_backward_query_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared,
+                                                                              dev.stream, dqkv, dout, qkv, lse,
+                                                                              scratch, T_, C, NH);
+                    });
             });
             return;
         }
     }
-    launch<detail::flash_backward_key_simt_kernel<T>>(blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv, lse,
-                                                      scratch, T_, C, NH);
-    launch<detail::flash_backward_query_simt_kernel<T>>(blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
+    const unsigned simt_blocks = blocks(detail::flash_tile);
+    launch<detail::flash_backward_key_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
+                                                      lse, scratch, T_, C, NH);
+    launch<detail::flash_backward_query_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
                                                         lse, scratch, T_, C, NH);
 }
 

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <new>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "snug/cuda/emulated/simt.hpp"
@@ -145,6 +146,17 @@ namespace snug::cuda::emulated {
 // (benchmarks/static/step_kernels.cu).
 using LaunchRecorder = void (*)(const KernelLaunch& launch);
 
+// The emulated device's limits that a tool or test may set to another card's
+// (set_device_limits): its SM count and the shared memory a block may opt in
+// to, as cudaDeviceGetAttribute and cudaGetDeviceProperties report them and
+// cudaFuncSetAttribute enforces them. The defaults are an H200's
+// (EmulatedDevice); {82, 99 KiB} is an RTX 3090 (sm_86), so launchers that
+// size their launches by device_facts() choose as they would on one.
+struct DeviceLimits {
+    int multiprocessors = EmulatedDevice::multiprocessors;
+    std::size_t shared_per_block_optin = EmulatedDevice::shared_per_block_optin;
+};
+
 namespace detail {
 
 // Everything the emulated device holds: its memory, the kernels' attributes,
@@ -160,6 +172,7 @@ struct DeviceState {
     cudaError_t sticky = cudaSuccess;
     std::string sticky_message;
     LaunchRecorder recorder = nullptr;
+    DeviceLimits limits;
 };
 
 inline DeviceState& state() {
@@ -224,6 +237,26 @@ inline std::size_t max_dynamic_shared(const void* kernel) {
     const auto& m = detail::state().max_dynamic_shared;
     const auto it = m.find(kernel);
     return it == m.end() ? EmulatedDevice::shared_per_block : static_cast<std::size_t>(it->second);
+}
+
+// The device's limits now (DeviceLimits).
+inline DeviceLimits device_limits() {
+    std::lock_guard lock(detail::state().mutex);
+    return detail::state().limits;
+}
+
+// Sets the device's limits; DeviceLimits{} restores an H200's. The opt-in
+// shared memory must lie between the 48 KiB every kernel gets and the 227 KiB
+// the emulator allocates (else std::invalid_argument), the SM count be positive.
+inline void set_device_limits(const DeviceLimits& limits) {
+    if (limits.multiprocessors <= 0 || limits.shared_per_block_optin < EmulatedDevice::shared_per_block ||
+        limits.shared_per_block_optin > EmulatedDevice::shared_per_block_optin)
+        throw std::invalid_argument("set_device_limits: " + std::to_string(limits.multiprocessors) + " SMs and " +
+                                    std::to_string(limits.shared_per_block_optin) +
+                                    " bytes of opt-in shared memory per block; the SMs must be positive and the bytes "
+                                    "within [49152, 232448]");
+    std::lock_guard lock(detail::state().mutex);
+    detail::state().limits = limits;
 }
 
 // Sets the launch recorder (LaunchRecorder); nullptr runs kernels again.
@@ -360,11 +393,13 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d
         case cudaDevAttrMaxGridDimZ: *value = EmulatedDevice::max_grid_dim[2]; break;
         case cudaDevAttrMaxSharedMemoryPerBlock: *value = EmulatedDevice::shared_per_block; break;
         case cudaDevAttrWarpSize: *value = EmulatedDevice::warp_size; break;
-        case cudaDevAttrMultiProcessorCount: *value = EmulatedDevice::multiprocessors; break;
+        case cudaDevAttrMultiProcessorCount: *value = snug::cuda::emulated::device_limits().multiprocessors; break;
         case cudaDevAttrL2CacheSize: *value = EmulatedDevice::l2_cache; break;
         case cudaDevAttrComputeCapabilityMajor: *value = EmulatedDevice::compute_major; break;
         case cudaDevAttrComputeCapabilityMinor: *value = EmulatedDevice::compute_minor; break;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = EmulatedDevice::shared_per_block_optin; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+            *value = static_cast<int>(snug::cuda::emulated::device_limits().shared_per_block_optin);
+            break;
         default: return record(cudaErrorInvalidValue);
     }
     return cudaSuccess;
@@ -379,7 +414,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     std::strncpy(prop->name, EmulatedDevice::name, sizeof(prop->name) - 1);
     prop->totalGlobalMem = EmulatedDevice::global_memory;
     prop->sharedMemPerBlock = EmulatedDevice::shared_per_block;
-    prop->sharedMemPerBlockOptin = EmulatedDevice::shared_per_block_optin;
+    const snug::cuda::emulated::DeviceLimits limits = snug::cuda::emulated::device_limits();
+    prop->sharedMemPerBlockOptin = limits.shared_per_block_optin;
     prop->warpSize = EmulatedDevice::warp_size;
     prop->maxThreadsPerBlock = EmulatedDevice::max_threads_per_block;
     for (int i = 0; i < 3; ++i) {
@@ -388,7 +424,7 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     }
     prop->major = EmulatedDevice::compute_major;
     prop->minor = EmulatedDevice::compute_minor;
-    prop->multiProcessorCount = EmulatedDevice::multiprocessors;
+    prop->multiProcessorCount = limits.multiprocessors;
     prop->l2CacheSize = static_cast<int>(EmulatedDevice::l2_cache);
     return cudaSuccess;
 }
@@ -671,7 +707,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
     if (kernel == nullptr) return record(cudaErrorInvalidDeviceFunction);
     if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
-        static_cast<std::size_t>(value) > snug::cuda::emulated::EmulatedDevice::shared_per_block_optin)
+        static_cast<std::size_t>(value) > state().limits.shared_per_block_optin)
         return record(cudaErrorInvalidValue);
     state().max_dynamic_shared[reinterpret_cast<const void*>(kernel)] = value;
     return cudaSuccess;
