@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
             put(out, "hf_import", "tiny_lm_head", concat({&config, &split, &weights}));
         }
 
-        // Training-state files of the four tiny steps, each raw (mode 0) and
+        // Training-state files of the five tiny steps, each raw (mode 0) and
         // with the CRCs fixed up by the target (mode 1).
         fuzz::TinySteps& steps = fuzz::tiny_steps();
         snug::TrainingProgress progress;
@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
         state("bf16", steps.bf16);
         state("fp16_dynamic", steps.fp16_dynamic);
         state("fp16_static", steps.fp16_static);
+        state("llama", steps.llama);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "make_seeds: %s\n", e.what());
         return 1;

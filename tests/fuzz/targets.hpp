@@ -22,7 +22,8 @@
 //   state_file   one mode byte, then a training-state    -> read_training_state_info, then
 //                file; mode bit 0 set: the target first     load_training_state into a tiny GPT step
 //                rewrites every CRC-32 the file has, so     of the file's dtype (fp32, bf16, fp16 with a
-//                the fuzzer reaches what lies behind them   dynamic or a static loss scaler)
+//                the fuzzer reaches what lies behind them   dynamic or a static loss scaler), or a
+//                                                           tiny Llama's where it names a model identity
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,7 @@
 #include "snug/io/llmc_model.hpp"
 #include "snug/io/safetensors.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/llama.hpp"
 #include "snug/train/state_file.hpp"
 
 namespace snug::fuzz {
@@ -190,12 +192,31 @@ struct TinyStep {
     }
 };
 
-// The four kinds of step a state file may belong to, built once.
+// A tiny Llama's fp32 step: its state files carry the model's identity
+// (family, config fields, tensors), which the reader parses too.
+struct TinyLlamaStep {
+    using Model = Llama<float, Host>;
+    using Step = TrainStep<Model, precision::Fp32, accumulate::None, checkpoint::None>;
+
+    MemoryTracker tracker;
+    Host device;
+    Model model;
+    Step step;
+
+    TinyLlamaStep()
+        : model(make_llama_config(8, 4, 1, 4, 2, 8), tracker),
+          step(model, tracker, device, model.initial_weights(1), TrainConfig{}, precision::Fp32{}) {
+        model.load_weights(device, model.initial_weights(1));
+    }
+};
+
+// The kinds of step a state file may belong to, built once.
 struct TinySteps {
     TinyStep<precision::Fp32> fp32;
     TinyStep<precision::Bf16> bf16;
     TinyStep<precision::Fp16<DynamicLossScaler>> fp16_dynamic;
     TinyStep<precision::Fp16<StaticLossScaler>> fp16_static;
+    TinyLlamaStep llama;
 };
 
 inline TinySteps& tiny_steps() {
@@ -238,6 +259,10 @@ inline void state_file(Bytes in, const Scratch& s) {
     TinySteps& t = tiny_steps();
     StateFileOptions small;
     small.chunk_bytes = 256;  // several chunks per section
+    if (info.identity) {
+        (void)load_training_state(p, t.llama.step, t.llama.device, small);
+        return;
+    }
     switch (info.dtype) {
         case DType::bf16: (void)load_training_state(p, t.bf16.step, t.bf16.device, small); break;
         case DType::f16:
