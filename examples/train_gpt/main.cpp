@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "../command_line.hpp"  // the shape options and number checks (shared with vram_ladder)
+#include "../gpt_engine.hpp"    // the run loops, instantiated once in gpt_engine.cpp (first: ladder.hpp uses them)
 #include "snug/data/tokenizer.hpp"
 #include "snug/dist/ranks.hpp"
 #if defined(SNUG_HAVE_MPI)

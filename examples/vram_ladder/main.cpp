@@ -20,6 +20,7 @@
 #include <string>
 
 #include "../command_line.hpp"  // the shape options and number checks (shared with train_gpt)
+#include "../gpt_engine.hpp"    // the run loops, instantiated once in gpt_engine.cpp (first: ladder.hpp uses them)
 #include "snug/train/exit_codes.hpp"
 #include "snug/train/ladder.hpp"
 #include "snug/train/options.hpp"
