@@ -5,6 +5,7 @@
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "snug/train/run_spec.hpp"
 
@@ -54,6 +55,20 @@ TEST_CASE("run spec: every name parses back to itself and visits its policy type
         return std::is_same_v<P, snug::precision::Fp16<snug::DynamicLossScaler>>;
     });
     CHECK(fp16_scaled);
+}
+
+TEST_CASE("precision kinds: the lists a command line offers are the kinds, in order, each its policy's name") {
+    CHECK(snug::precision_names() == std::vector<std::string>{"fp32", "bf16", "fp16"});
+    CHECK(snug::checkpoint_names() ==
+          std::vector<std::string>{"none", "full", "every:2", "every:3", "every:4", "selective", "auto"});
+    for (snug::PrecisionKind p : snug::all_precision_kinds) {
+        const std::string policy_name = snug::visit_precision(p, []<class P>() { return std::string(P::name); });
+        CHECK(std::string(snug::precision_name(p)) == policy_name);
+    }
+    // Any loss scaler's fp16 is the fp16 kind (the planner's question).
+    STATIC_REQUIRE(snug::precision_kind<snug::precision::Fp16<snug::StaticLossScaler>>() == snug::PrecisionKind::fp16);
+    STATIC_REQUIRE(snug::precision_kind<snug::precision::Bf16>() == snug::PrecisionKind::bf16);
+    STATIC_REQUIRE(snug::precision_name(snug::PrecisionKind::fp32) == "fp32");
 }
 
 TEST_CASE("run spec: an unknown precision or checkpoint name is refused, naming it") {

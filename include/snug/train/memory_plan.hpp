@@ -22,52 +22,12 @@
 #include "snug/nn/gpt_config.hpp"
 #include "snug/ops/fused_attention.hpp"
 #include "snug/optim/state_storage.hpp"
+#include "snug/precision/kind.hpp"
 #include "snug/precision/policies.hpp"
 
 namespace snug {
 
-// ---- precision, known at run time ------------------------------------------------
-
-// The precision policy a plan is for (precision::Fp32, Bf16, Fp16<Scaler>).
-// The loss scaler takes no memory of its own: TrainStep keeps its overflow
-// flag under every policy.
-enum class PrecisionKind : std::uint8_t { fp32, bf16, fp16 };
-
-constexpr std::string_view precision_name(PrecisionKind p) {
-    switch (p) {
-        case PrecisionKind::fp32: return "fp32";
-        case PrecisionKind::bf16: return "bf16";
-        case PrecisionKind::fp16: return "fp16";
-    }
-    return "?";
-}
-
-// "fp32", "bf16" or "fp16"; anything else throws ConfigError naming it.
-inline PrecisionKind parse_precision_kind(std::string_view s) {
-    for (PrecisionKind p : {PrecisionKind::fp32, PrecisionKind::bf16, PrecisionKind::fp16})
-        if (s == precision_name(p)) return p;
-    throw ConfigError("precision '" + std::string(s) + "': expected fp32, bf16 or fp16");
-}
-
-namespace detail {
-template <class>
-inline constexpr bool unknown_compute_type = false;
-}
-
-// The PrecisionKind of a PrecisionPolicy type, from its compute type.
-template <PrecisionPolicy P>
-constexpr PrecisionKind precision_kind() {
-    using A = typename P::compute_type;
-    if constexpr (std::is_same_v<A, float>)
-        return PrecisionKind::fp32;
-    else if constexpr (std::is_same_v<A, bfloat16>)
-        return PrecisionKind::bf16;
-    else if constexpr (std::is_same_v<A, half>)
-        return PrecisionKind::fp16;
-    else
-        static_assert(detail::unknown_compute_type<A>,
-                      "snug::precision_kind: the planner knows float, bfloat16 and half compute types only");
-}
+// The precision a plan is for: PrecisionKind (snug/precision/kind.hpp).
 
 // ---- what is predicted -------------------------------------------------------------
 

@@ -36,29 +36,18 @@
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/nn/layer_stack.hpp"
+#include "snug/precision/kind.hpp"
 #include "snug/precision/policies.hpp"
 #include "snug/train/memory_plan.hpp"
 #include "snug/train/train_step.hpp"
 
 namespace snug {
 
-// Calls f.template operator()<Precision>() with the precision policy of a
-// PrecisionKind (the loss scaler of fp16: DynamicLossScaler).
-template <class F>
-decltype(auto) with_precision(PrecisionKind p, F&& f) {
-    switch (p) {
-        case PrecisionKind::fp32: return f.template operator()<precision::Fp32>();
-        case PrecisionKind::bf16: return f.template operator()<precision::Bf16>();
-        case PrecisionKind::fp16: break;
-    }
-    return f.template operator()<precision::Fp16<DynamicLossScaler>>();
-}
-
 // The activation peak of one GPT forward + backward at (B, T) under `modes`,
 // measured on snug::Meter (nn/activation_peak.hpp).
 inline std::size_t gpt_activation_peak(const GPTConfig& c, PrecisionKind precision, int B, int T,
                                        std::span<const Recompute> modes) {
-    return with_precision(precision, [&]<class P>() {
+    return visit_precision(precision, [&]<class P>() {
         return metered_activation_peak<GPT<typename P::compute_type, Meter>>(c, B, T, modes);
     });
 }
@@ -153,7 +142,7 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
 // see: arena chunks, the device's allocation granularity, its context.
 inline MemoryPlan predict_memory(const MemoryPlanInput& in) {
     in.validate();
-    return with_precision(in.precision, [&]<class P>() {
+    return visit_precision(in.precision, [&]<class P>() {
         return predict_training_memory<GPT<typename P::compute_type, Meter>, P>(in.model, in);
     });
 }

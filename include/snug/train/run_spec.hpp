@@ -22,83 +22,16 @@
 #include <utility>
 #include <vector>
 
+#include "snug/checkpoint/kind.hpp"
 #include "snug/checkpoint/policies.hpp"
 #include "snug/core/error.hpp"
 #include "snug/optim/state_storage.hpp"
 #include "snug/precision/loss_scaler.hpp"
+#include "snug/precision/kind.hpp"
 #include "snug/precision/policies.hpp"
 #include "snug/train/memory_plan.hpp"
 
 namespace snug {
-
-// The checkpoint policies a run can name. every:K is compiled for K = 2, 3, 4:
-// each K is its own type (checkpoint::EveryNth<K>), and more would multiply
-// the templates every program instantiates. `automatic` is checkpoint::Budget.
-enum class CheckpointKind : std::uint8_t { none, full, every2, every3, every4, selective, automatic };
-
-inline constexpr CheckpointKind all_checkpoint_kinds[] = {
-    CheckpointKind::none,   CheckpointKind::full,      CheckpointKind::every2,   CheckpointKind::every3,
-    CheckpointKind::every4, CheckpointKind::selective, CheckpointKind::automatic,
-};
-
-// The name a command line uses ("none", "full", "every:2", "selective", "auto", ...).
-constexpr const char* checkpoint_kind_name(CheckpointKind k) {
-    switch (k) {
-        case CheckpointKind::none: return "none";
-        case CheckpointKind::full: return "full";
-        case CheckpointKind::every2: return "every:2";
-        case CheckpointKind::every3: return "every:3";
-        case CheckpointKind::every4: return "every:4";
-        case CheckpointKind::selective: return "selective";
-        case CheckpointKind::automatic: return "auto";
-    }
-    return "?";
-}
-
-// "none", "full", "selective", "auto" or "every:K" (K = 2, 3, 4); anything
-// else throws ConfigError naming the value. `what` starts the message (a
-// program passes its flag, "--checkpoint").
-inline CheckpointKind parse_checkpoint_kind(std::string_view s, std::string_view what = "checkpoint") {
-    for (CheckpointKind k : all_checkpoint_kinds)
-        if (s == checkpoint_kind_name(k)) return k;
-    const std::string head = std::string(what) + " " + std::string(s) + ": ";
-    if (s.substr(0, 6) == "every:")
-        throw ConfigError(head + "every:K is compiled for K = 2, 3, 4 only "
-                                 "(every:1 is 'full'; use 'auto' to fit a budget)");
-    throw ConfigError(head + "expected none, full, every:K (K = 2, 3, 4), selective or auto");
-}
-
-// The precision a run names: "fp32", "bf16" or "fp16" (dynamic loss scaling).
-// parse_precision_kind (memory_plan.hpp) throws ConfigError for anything else.
-constexpr const char* precision_kind_name(PrecisionKind p) { return precision_name(p).data(); }
-
-// Calls f.template operator()<Precision>() with the policy type of `p`:
-// precision::Fp32, precision::Bf16 or precision::Fp16<DynamicLossScaler>.
-template <class F>
-auto visit_precision(PrecisionKind p, F&& f) {
-    switch (p) {
-        case PrecisionKind::fp32: return f.template operator()<precision::Fp32>();
-        case PrecisionKind::bf16: return f.template operator()<precision::Bf16>();
-        case PrecisionKind::fp16: return f.template operator()<precision::Fp16<DynamicLossScaler>>();
-    }
-    throw ConfigError("precision kind " + std::to_string(static_cast<int>(p)) + " is not one snug compiles");
-}
-
-// Calls f.template operator()<Checkpoint>() with the policy type of `k`.
-template <class F>
-auto visit_checkpoint(CheckpointKind k, F&& f) {
-    namespace ck = checkpoint;
-    switch (k) {
-        case CheckpointKind::none: return f.template operator()<ck::None>();
-        case CheckpointKind::full: return f.template operator()<ck::Full>();
-        case CheckpointKind::every2: return f.template operator()<ck::EveryNth<2>>();
-        case CheckpointKind::every3: return f.template operator()<ck::EveryNth<3>>();
-        case CheckpointKind::every4: return f.template operator()<ck::EveryNth<4>>();
-        case CheckpointKind::selective: return f.template operator()<ck::Selective>();
-        case CheckpointKind::automatic: return f.template operator()<ck::Budget>();
-    }
-    throw ConfigError("checkpoint kind " + std::to_string(static_cast<int>(k)) + " is not one snug compiles");
-}
 
 // What decides a run's memory and speed, known at run time.
 struct RunSpec {
@@ -116,7 +49,7 @@ struct RunSpec {
     // (train_gpt --zero under mpirun -np N); 1: every rank keeps all of it.
     int zero_ranks = 1;
 
-    const char* precision_name() const { return precision_kind_name(precision); }
+    const char* precision_name() const { return snug::precision_name(precision).data(); }
     const char* checkpoint_name() const { return checkpoint_kind_name(checkpoint); }
     // This spec with the leanest optimizer state snug has for its precision:
     // 8-bit moments, and no master copy where the weights are bf16.
