@@ -41,8 +41,8 @@
 #include <string>
 #include <type_traits>
 
-#include "../command_line.hpp"  // the shape options and number checks (shared with vram_ladder)
-#include "../gpt_engine.hpp"    // the run loops, instantiated once in gpt_engine.cpp (first: ladder.hpp uses them)
+#include "snug/train/engine_extern.hpp"  // the run loops, instantiated once (examples/gpt_engine.cpp); first
+#include "snug/train/command_line.hpp"
 #include "snug/data/tokenizer.hpp"
 #include "snug/dist/ranks.hpp"
 #if defined(SNUG_HAVE_MPI)
@@ -86,59 +86,60 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
         "With no arguments: a small model (2 layers, 4 heads, 128 channels; B 32, T 32, 1000 updates, fp32) on the\n"
         "built-in synthetic corpus.\n"};
     app.option_defaults()->always_capture_default();
-    auto* model_opt = snug_examples::add_model_options(app, o);
+    auto* model_opt = snug::cli::add_model_options(app, o);
     app.add_option("--init-from", o.init_from,
                    "start from an llm.c model file (.bin, version 3 or 5) or a Hugging Face GPT-2 directory "
                    "(model.safetensors + config.json); the shape comes from it")
         ->excludes(model_opt);
     app.add_option("--precision", precision, "fp32, bf16, or fp16 (dynamic loss scaling)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-    app.add_option("--batch", o.run.micro_batch, "micro-batch B (sequences per forward)")->check(snug_examples::positive);
-    app.add_option("--seq", o.run.seq, "sequence length T (also the model's context)")->check(snug_examples::positive);
-    auto* accum_opt = app.add_option("--accum", o.run.accumulation, "micro-batches per update")->check(snug_examples::positive);
+        ->check(snug::cli::parsed_by(snug::parse_precision_kind, snug::cli::choices(snug::precision_names())));
+    app.add_option("--batch", o.run.micro_batch, "micro-batch B (sequences per forward)")->check(snug::cli::positive);
+    app.add_option("--seq", o.run.seq, "sequence length T (also the model's context)")->check(snug::cli::positive);
+    auto* accum_opt = app.add_option("--accum", o.run.accumulation, "micro-batches per update")->check(snug::cli::positive);
     app.add_option("--batch-tokens", batch_tokens, "tokens per update; sets --accum = this / (B T), which must divide")
         ->excludes(accum_opt)
-        ->check(snug_examples::positive);
+        ->check(snug::cli::positive);
     app.add_option("--optimizer-state", optimizer_state,
                    "AdamW's moments: fp32, bf16 (stochastically rounded; half the optimizer memory), or int8 "
                    "(8-bit block-wise codes for the weight matrices, stochastically rounded; about a quarter)")
-        ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+        ->check(snug::cli::parsed_by(snug::parse_moment_storage, "fp32|bf16|int8"));
     app.add_flag("--offload", o.run.offload,
                  "keep AdamW's state (master weights, moments) in host memory and update on the CPU; the GPU "
                  "holds the weights, gradients and activations only");
     app.add_option("--master", master,
                    "master weights: fp32, or none (bf16 weights updated in place, stochastically rounded; "
                    "--precision bf16 only)")
-        ->check(CLI::IsMember({"fp32", "none"}));
+        ->check(snug::cli::parsed_by(snug::parse_master_storage, "fp32|none"));
     app.add_option("--checkpoint", checkpoint, "none, full, every:K (K = 2, 3, 4), selective, auto (fit --vram-budget)");
     app.add_option("--attention", attention,
                    "auto (cuDNN's fused SDPA where this program has it and runs on the GPU, else flash), cudnn, "
                    "flash (snug's kernels; one log-sum-exp per row kept) or materialized (keeps the B NH T T "
                    "probabilities)")
-        ->check(CLI::IsMember({"auto", "cudnn", "flash", "materialized"}));
+        ->check(snug::cli::parsed_by([](const std::string& s) { return snug::parse_attention_kind(s); },
+                                     "auto|cudnn|flash|materialized"));
     app.add_option("--classifier-chunk", o.classifier_chunk,
                    "tokens per chunk of the output head and loss (0: automatic, the logits of a chunk about the size "
                    "of the hidden states)")
-        ->check(snug_examples::non_negative);
-    app.add_option("--lr", o.lr, "peak learning rate")->check(snug_examples::positive);
-    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(snug_examples::non_negative);
+        ->check(snug::cli::non_negative);
+    app.add_option("--lr", o.lr, "peak learning rate")->check(snug::cli::positive);
+    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(snug::cli::non_negative);
     app.add_option("--min-lr-frac", o.min_lr_frac, "cosine decay floor as a fraction of --lr")->check(CLI::Range(0.0, 1.0));
-    app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (2-D weights)")->check(snug_examples::non_negative);
+    app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (2-D weights)")->check(snug::cli::non_negative);
     app.add_option("--clip", o.clip, "gradient-norm clipping (<= 0: off)");
     app.add_option("--steps", o.steps, "optimizer updates (in all, counting those of a resumed run)")
-        ->check(snug_examples::positive);
-    app.add_option("--eval-every", o.eval_every, "updates between validation losses")->check(snug_examples::positive);
-    app.add_option("--eval-batches", o.eval_batches, "validation micro-batches per evaluation")->check(snug_examples::positive);
+        ->check(snug::cli::positive);
+    app.add_option("--eval-every", o.eval_every, "updates between validation losses")->check(snug::cli::positive);
+    app.add_option("--eval-batches", o.eval_batches, "validation micro-batches per evaluation")->check(snug::cli::positive);
     app.add_flag("--eval-only", eval_only, "only print the validation loss of the model (e.g. --init-from FILE)");
     app.add_option("--seed", o.seed, "weights and sampling seed");
     auto* out_opt = app.add_option("--out", o.out, "directory for metrics.jsonl, summary.json and state.snug (empty: no files)");
     app.add_option("--resume", o.resume, "continue from a training state (a state.snug of an earlier --out)");
     app.add_option("--save-every", o.save_every, "updates between state saves into --out (0: at the end and on Ctrl-C only)")
-        ->check(snug_examples::non_negative)
+        ->check(snug::cli::non_negative)
         ->needs(out_opt);
     app.add_option("--stop-after", o.stop_after,
                    "stop after this update and save the state into --out, as Ctrl-C would (for time-sliced jobs; 0: never)")
-        ->check(snug_examples::non_negative)
+        ->check(snug::cli::non_negative)
         ->needs(out_opt);
     app.add_option("--save-model", o.save_model, "write the trained model as an llm.c model file at the end");
     app.add_option("--model-dtype", o.model_dtype, "--save-model's parameters: fp32 (llm.c version 3) or bf16 (version 5)")
@@ -152,13 +153,13 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
         ->check(CLI::Range(4, 48));
     app.add_option("--val", o.val, "validation data for tokens: (tokens:GLOB); default: the last 10% of --data");
     app.add_option("--tokenizer", tokenizer_path, "llm.c tokenizer file (gpt2_tokenizer.bin) to print token samples as text");
-    app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")->check(snug_examples::non_negative);
+    app.add_option("--sample", o.sample, "tokens to generate at the end (0: none)")->check(snug::cli::non_negative);
     app.add_option("--prompt", o.prompt, "prompt text for the sample (default: the start of the validation data)");
-    app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(snug_examples::non_negative);
-    app.add_option("--top-k", o.top_k, "sample among the k likeliest tokens (0: all)")->check(snug_examples::non_negative);
+    app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->check(snug::cli::non_negative);
+    app.add_option("--top-k", o.top_k, "sample among the k likeliest tokens (0: all)")->check(snug::cli::non_negative);
     app.add_option("--flops-budget", o.flops_budget,
                    "model FLOPs at which 'loss at equal FLOPs' is read (0: the run's total); give two runs the same")
-        ->check(snug_examples::non_negative);
+        ->check(snug::cli::non_negative);
     app.add_flag("--plan", plan,
                  "print what fits --vram-budget (the fastest configuration, the largest model) and exit; "
                  "nothing is allocated");
@@ -170,7 +171,7 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     app.add_option("--rank-timeout", rank_timeout,
                    "under mpirun: seconds a rank waits for the others in a collective before the job stops, "
                    "naming the ranks that never came")
-        ->check(snug_examples::positive);
+        ->check(snug::cli::positive);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

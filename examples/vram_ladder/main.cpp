@@ -19,8 +19,8 @@
 #include <optional>
 #include <string>
 
-#include "../command_line.hpp"  // the shape options and number checks (shared with train_gpt)
-#include "../gpt_engine.hpp"    // the run loops, instantiated once in gpt_engine.cpp (first: ladder.hpp uses them)
+#include "snug/train/engine_extern.hpp"  // the run loops, instantiated once (examples/gpt_engine.cpp); first
+#include "snug/train/command_line.hpp"
 #include "snug/train/exit_codes.hpp"
 #include "snug/train/ladder.hpp"
 #include "snug/train/options.hpp"
@@ -57,14 +57,14 @@ int run(int argc, char** argv) {
     CLI::App app{"vram_ladder: walk the order of operations for one model under one memory budget and measure "
                  "each rung."};
     app.option_defaults()->always_capture_default();
-    snug_examples::add_model_options(app, o);
-    app.add_option("--batch", o.run.micro_batch, "the wanted batch: sequences per update")->check(snug_examples::positive);
+    snug::cli::add_model_options(app, o);
+    app.add_option("--batch", o.run.micro_batch, "the wanted batch: sequences per update")->check(snug::cli::positive);
     app.add_option("--seq", o.run.seq, "sequence length T (rung 5 halves it)")->check(CLI::Range(2, 1 << 20));
-    app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(snug_examples::positive);
-    app.add_option("--lr", o.lr, "peak learning rate")->check(snug_examples::positive);
-    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(snug_examples::non_negative);
+    app.add_option("--steps", o.steps, "updates per rung (every rung trains as many tokens)")->check(snug::cli::positive);
+    app.add_option("--lr", o.lr, "peak learning rate")->check(snug::cli::positive);
+    app.add_option("--warmup", o.warmup, "linear warmup updates")->check(snug::cli::non_negative);
     app.add_option("--eval-batches", o.eval_batches, "validation micro-batches at the end of each rung")
-        ->check(snug_examples::positive);
+        ->check(snug::cli::positive);
     app.add_option("--seed", o.seed, "weights seed (the same for every rung)");
     app.add_option("--vram-budget", vram_budget, "the memory budget the ladder fits (e.g. 12GiB, 48MiB)");
     app.add_option("--device", device_name, "cuda, host, or auto")->check(CLI::IsMember({"cuda", "host", "auto"}));
@@ -79,7 +79,8 @@ int run(int argc, char** argv) {
     app.add_option("--attention", attention,
                    "auto (cuDNN's fused SDPA where this program has it and runs on the GPU, else flash), cudnn, "
                    "flash or materialized")
-        ->check(CLI::IsMember({"auto", "cudnn", "flash", "materialized"}));
+        ->check(snug::cli::parsed_by([](const std::string& s) { return snug::parse_attention_kind(s); },
+                                     "auto|cudnn|flash|materialized"));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

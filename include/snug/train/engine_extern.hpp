@@ -1,17 +1,17 @@
-// The run loops of train_gpt and vram_ladder, compiled once per backend.
+// The GPT engine's run loops declared `extern template`: a program that
+// includes this header before the engine's other headers calls them without
+// instantiating them, and links one translation unit that includes
+// engine_instances.hpp, where they are instantiated.
 //
-// run.hpp's run_training<Dev> and run_evaluation<Dev> instantiate the whole
-// engine: the GPT and its TrainStep in three precisions, and on snug::Cuda
-// every kernel they launch. Under nvcc that is minutes per program. This
-// header declares those instantiations extern, so a command line that
-// includes it compiles in a fraction of that; gpt_engine.cpp (gpt_engine.cu
-// under nvcc) defines them once, in the object library snug_gpt_engine that
-// both programs link (examples/CMakeLists.txt).
-//
-// A trainer of your own needs neither file: without this header the program
-// instantiates what it calls, as with any header-only library. With it, link
-// one translation unit that includes gpt_engine.cpp, built with the same
-// backend and the same compile definitions as the program.
+// Why: run.hpp's run_training<Dev> and run_evaluation<Dev>, the ladder's
+// rungs and the planner's Meter runs instantiate the whole engine (the GPT
+// and its TrainStep in three precisions, and on snug::Cuda every kernel they
+// launch): minutes of nvcc per program. train_gpt and vram_ladder share one
+// such object (examples/gpt_engine.cpp; 174 s of nvcc), and each main then
+// compiles in about 36 s instead of 203. A trainer of your own needs neither
+// header: without them the program instantiates what it calls, as with any
+// header-only library. With them, build both translation units with the same
+// backend and compile definitions, or the two sides disagree.
 #pragma once
 
 #include "snug/train/ladder.hpp"

@@ -1,17 +1,23 @@
-// What the command lines of train_gpt and vram_ladder share (CLI11): the
-// model's shape options, and checks on numbers whose refusals say what was
-// wanted. CLI11 2.1's PositiveNumber refuses 0 as "Value 0 not in range
-// 0.000000 to 17976931348623157...", which reads as if 0 were allowed.
+// What snug's command lines share (CLI11; a program of your own that uses
+// CLI11 may too): the model's shape options, checks on numbers whose refusals
+// say what was wanted, and checks that run the library's own parsers, so a
+// command line accepts exactly the names snug compiles and refuses with the
+// library's words. (CLI11 2.1's PositiveNumber refuses 0 as "Value 0 not in
+// range 0.000000 to 17976931348623157...", which reads as if 0 were allowed.)
+// Only programs include this header; nothing else in snug needs CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "snug/core/error.hpp"
 #include "snug/train/options.hpp"
 
-namespace snug_examples {
+namespace snug::cli {
 
 // A check that the option's value is a number above 0 (or, with zero_too,
 // at least 0): "--batch: 0 is not above 0".
@@ -28,6 +34,31 @@ inline CLI::Validator number_check(bool zero_too) {
 inline const CLI::Validator positive = number_check(false);
 inline const CLI::Validator non_negative = number_check(true);
 
+// A check that runs `parse` (one of the library's parse_* functions) on the
+// value: accepted when it parses, refused with its ConfigError's message
+// ("precision 'fp8': expected fp32, bf16 or fp16") when it does not.
+// `choices` is what --help shows.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, std::string choices) {
+    return CLI::Validator(
+        [parse](std::string& text) -> std::string {
+            try {
+                (void)parse(text);
+                return {};
+            } catch (const ConfigError& e) {
+                return e.what();
+            }
+        },
+        std::move(choices));
+}
+
+// "a|b|c": a list of names as --help shows the choices.
+inline std::string choices(const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : "|") + n;
+    return text;
+}
+
 // The model's shape options; returns --model, which the shape options exclude.
 inline CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o) {
     auto* model_opt = app.add_option("--model", o.model, "preset: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M");
@@ -39,4 +70,4 @@ inline CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o) {
     return model_opt;
 }
 
-}  // namespace snug_examples
+}  // namespace snug::cli
