@@ -35,6 +35,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "snug/accumulate/policies.hpp"
+#include "snug/checkpoint/policies.hpp"
+#include "snug/core/memory.hpp"
 #include "snug/data/loader.hpp"
 #include "snug/data/tokenizer.hpp"
 #include "snug/dist/communicator.hpp"
@@ -43,7 +46,7 @@
 #include "snug/io/file.hpp"
 #include "snug/io/hf_export.hpp"
 #include "snug/io/llmc_model.hpp"
-#include "snug/snug.hpp"
+#include "snug/nn/gpt.hpp"
 #include "snug/train/data_source.hpp"
 #include "snug/train/host_allocation.hpp"
 #include "snug/train/lr_schedule.hpp"
@@ -56,6 +59,7 @@
 #include "snug/train/sampling.hpp"
 #include "snug/train/session.hpp"
 #include "snug/train/state_file.hpp"
+#include "snug/train/train_step.hpp"
 
 namespace snug {
 

@@ -12,9 +12,23 @@
 #include <string_view>
 #include <type_traits>
 
-#include "snug/snug.hpp"
+#include "snug/core/arena.hpp"
+#include "snug/core/config.hpp"  // SNUG_CUDA_BACKEND, which the #if below read
+#include "snug/core/device.hpp"
+#include "snug/core/error.hpp"
+#include "snug/core/memory_tracker.hpp"
+#include "snug/nn/attention_kind.hpp"
+#include "snug/nn/context.hpp"
 #include "snug/train/device_info.hpp"
 #include "snug/train/memory_plan.hpp"
+
+#if defined(SNUG_CUDA_BACKEND)
+#include "snug/cuda/blas.hpp"
+#include "snug/cuda/check.hpp"
+#include "snug/cuda/device.hpp"
+#include "snug/cuda/fused_attention.hpp"
+#include "snug/cuda/memory.hpp"
+#endif
 
 namespace snug {
 
