@@ -211,8 +211,8 @@ inline std::optional<ByteVec> state_file_json(Bytes in, Rng& rng) {
     unsigned char* fixed = out.data() + 1;
     put_le(fixed + 12, json->size(), 4);
     put_le(fixed + 16, out.size() - 1, 8);
-    put_le(fixed + 24, Crc32::of(json->data(), json->size()), 4);
-    put_le(fixed + 28, Crc32::of(fixed, 28), 4);
+    put_le(fixed + 24, io::Crc32::of(json->data(), json->size()), 4);
+    put_le(fixed + 28, io::Crc32::of(fixed, 28), 4);
     return out;
 }
 

@@ -245,15 +245,15 @@ inline void state_file(Bytes in, const Scratch& s) {
     if (fix_crcs && b.size() >= 32) {
         // The JSON header's CRC (when its length stays inside the file), then the fixed header's.
         const std::uint64_t h = detail::get_u32(b, 12);
-        if (32 + h <= b.size()) detail::put_crc(b, 24, Crc32::of(b.data() + 32, static_cast<std::size_t>(h)));
-        detail::put_crc(b, 28, Crc32::of(b.data(), 28));
+        if (32 + h <= b.size()) detail::put_crc(b, 24, io::Crc32::of(b.data() + 32, static_cast<std::size_t>(h)));
+        detail::put_crc(b, 28, io::Crc32::of(b.data(), 28));
     }
     std::filesystem::path p = s.write(name, b);
     const TrainingStateInfo info = read_training_state_info(p);
     if (fix_crcs) {
         for (const StateSection& sec : info.sections)
             detail::put_crc(b, static_cast<std::size_t>(sec.offset + sec.bytes),
-                            Crc32::of(b.data() + sec.offset, static_cast<std::size_t>(sec.bytes)));
+                            io::Crc32::of(b.data() + sec.offset, static_cast<std::size_t>(sec.bytes)));
         p = s.write(name, b);
     }
     TinySteps& t = tiny_steps();

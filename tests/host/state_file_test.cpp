@@ -307,11 +307,11 @@ snug::precision::Fp16<snug::DynamicLossScaler> fp16_dynamic(float init, int grow
 }  // namespace
 
 TEST_CASE("CRC-32: known answers and a bitwise reference") {
-    CHECK(snug::Crc32::of("123456789", 9) == 0xCBF43926u);
-    CHECK(snug::Crc32::of("", 0) == 0x00000000u);
-    CHECK(snug::Crc32::of("a", 1) == 0xE8B7BE43u);
+    CHECK(snug::io::Crc32::of("123456789", 9) == 0xCBF43926u);
+    CHECK(snug::io::Crc32::of("", 0) == 0x00000000u);
+    CHECK(snug::io::Crc32::of("a", 1) == 0xE8B7BE43u);
     const char* fox = "The quick brown fox jumps over the lazy dog";
-    CHECK(snug::Crc32::of(fox, std::strlen(fox)) == 0x414FA339u);
+    CHECK(snug::io::Crc32::of(fox, std::strlen(fox)) == 0x414FA339u);
     // Every length 0..300 and every start offset 0..7 (the 8-byte slices and
     // the tail), whole and split in two updates.
     snug::Generator g(7);
@@ -321,8 +321,8 @@ TEST_CASE("CRC-32: known answers and a bitwise reference") {
         for (std::size_t n = 0; n + start <= 308 && n <= 300; n += (n < 40 ? 1 : 13)) {
             const std::uint32_t ref = crc32_bitwise(data.data() + start, n);
             INFO("start " << start << " length " << n);
-            CHECK(snug::Crc32::of(data.data() + start, n) == ref);
-            snug::Crc32 split;
+            CHECK(snug::io::Crc32::of(data.data() + start, n) == ref);
+            snug::io::Crc32 split;
             split.update(data.data() + start, n / 3);
             split.update(data.data() + start + n / 3, n - n / 3);
             CHECK(split.value() == ref);

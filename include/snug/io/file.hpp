@@ -1,9 +1,10 @@
-// Whole-file reads and crash-safe writes: a file is written under a temporary
+// Whole-file reads, reads at offsets (FileReader) and crash-safe writes: a file is written under a temporary
 // name in the same directory and renamed over the target only once complete,
 // so a crash or a full disk never leaves a half-written file behind.
 #pragma once
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "snug/core/error.hpp"
@@ -100,5 +102,44 @@ inline void atomic_write(const std::filesystem::path& path, const std::function<
         throw FileError(path.string() + ": rename from the temporary file failed: " + why);
     }
 }
+
+// A file opened for reading at given offsets (read_at), for formats whose
+// sections are read where an index says; FileError names the file, and what
+// was being read when it is truncated or fails.
+class FileReader {
+public:
+    explicit FileReader(const std::filesystem::path& path) : name_(path.string()) {
+        f_ = std::fopen(path.c_str(), "rb");
+        if (f_ == nullptr) throw FileError(name_ + ": cannot open for reading: " + std::strerror(errno));
+        if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = ftello(f_)) < 0) {
+            std::fclose(f_);
+            throw FileError(name_ + ": cannot determine the file size: " + std::strerror(errno));
+        }
+    }
+    ~FileReader() { std::fclose(f_); }
+    FileReader(const FileReader&) = delete;
+    FileReader& operator=(const FileReader&) = delete;
+
+    std::uint64_t size() const { return static_cast<std::uint64_t>(size_); }
+    const std::string& name() const { return name_; }
+
+    void read_at(std::uint64_t offset, void* dst, std::size_t n, const std::string& what) {
+        if (offset + n > size())
+            throw FileError(name_ + ": truncated: " + what + " needs bytes up to " + std::to_string(offset + n) +
+                            ", the file has " + std::to_string(size()));
+        if (offset != pos_ && fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
+            throw FileError(name_ + ": seek failed while reading " + what + ": " + std::strerror(errno));
+        if (std::fread(dst, 1, n, f_) != n)
+            throw FileError(name_ + ": read error in " + what + (std::ferror(f_) ? ": " : "") +
+                            (std::ferror(f_) ? std::strerror(errno) : " (the file shrank)"));
+        pos_ = offset + n;
+    }
+
+private:
+    std::string name_;
+    std::FILE* f_ = nullptr;
+    off_t size_ = 0;
+    std::uint64_t pos_ = ~std::uint64_t{0};
+};
 
 }  // namespace snug::io

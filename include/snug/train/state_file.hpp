@@ -2,8 +2,8 @@
 // (working weights, fp32 master weights, AdamW moments and step count, the
 // loss scaler, TrainStep's skipped-update count, the data and random-stream
 // positions, the step and token counters), written by save_training_state()
-// and read back into a TrainStep by load_training_state(); Crc32, the
-// checksum it uses. This comment is the file format's specification.
+// and read back into a TrainStep by load_training_state() (its checksum:
+// io/crc32.hpp). This comment is the file format's specification.
 //
 // ---- Format, version 1 ----------------------------------------------------------
 // Byte order: every integer is unsigned little-endian unless said otherwise;
@@ -154,6 +154,7 @@
 
 #include "snug/core/dtype.hpp"
 #include "snug/core/error.hpp"
+#include "snug/io/crc32.hpp"
 #include "snug/io/file.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/model_identity.hpp"
@@ -193,57 +194,6 @@ struct StateFileOptions {
     // (whole, in host memory): a sharded optimizer's state gathered on the
     // writing rank (dist/sharded_state.hpp). Empty: the step's.
     std::vector<StateBuffer> optimizer_state;
-};
-
-namespace detail {
-
-// CRC-32 tables for slicing by 8: crc32_tables[0] is the byte-at-a-time table;
-// crc32_tables[k][b] the CRC contribution of byte b followed by k zero bytes.
-constexpr std::array<std::array<std::uint32_t, 256>, 8> make_crc32_tables() {
-    std::array<std::array<std::uint32_t, 256>, 8> t{};
-    for (std::uint32_t b = 0; b < 256; ++b) {
-        std::uint32_t c = b;
-        for (int i = 0; i < 8; ++i) c = (c & 1u) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
-        t[0][b] = c;
-    }
-    for (std::size_t k = 1; k < 8; ++k)
-        for (std::size_t b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
-    return t;
-}
-inline constexpr auto crc32_tables = make_crc32_tables();
-
-}  // namespace detail
-
-// CRC-32 (zlib / PNG), slicing by 8 bytes. Crc32::of("123456789", 9) == 0xCBF43926.
-class Crc32 {
-public:
-    void update(const void* data, std::size_t n) noexcept {
-        const auto* p = static_cast<const unsigned char*>(data);
-        std::uint32_t c = state_;
-        for (; n >= 8; n -= 8, p += 8) {
-            const std::uint32_t lo = c ^ (std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 |
-                                          std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24);
-            const std::uint32_t hi = std::uint32_t{p[4]} | std::uint32_t{p[5]} << 8 | std::uint32_t{p[6]} << 16 |
-                                     std::uint32_t{p[7]} << 24;
-            c = tables[7][lo & 0xff] ^ tables[6][(lo >> 8) & 0xff] ^ tables[5][(lo >> 16) & 0xff] ^
-                tables[4][lo >> 24] ^ tables[3][hi & 0xff] ^ tables[2][(hi >> 8) & 0xff] ^
-                tables[1][(hi >> 16) & 0xff] ^ tables[0][hi >> 24];
-        }
-        for (; n > 0; --n, ++p) c = tables[0][(c ^ *p) & 0xff] ^ (c >> 8);
-        state_ = c;
-    }
-    std::uint32_t value() const noexcept { return state_ ^ 0xFFFFFFFFu; }
-
-    static std::uint32_t of(const void* data, std::size_t n) noexcept {
-        Crc32 c;
-        c.update(data, n);
-        return c.value();
-    }
-
-private:
-    static constexpr const auto& tables = detail::crc32_tables;
-
-    std::uint32_t state_ = 0xFFFFFFFFu;
 };
 
 // One section record of a training-state file.
@@ -467,43 +417,6 @@ nlohmann::ordered_json header_json(TrainStep<Model, Precision, Accumulation, Che
 
 // ---- reading -------------------------------------------------------------------
 
-// A file opened for reading at given offsets; FileError names it.
-class InFile {
-public:
-    explicit InFile(const std::filesystem::path& path) : name_(path.string()) {
-        f_ = std::fopen(path.c_str(), "rb");
-        if (f_ == nullptr) throw FileError(name_ + ": cannot open for reading: " + std::strerror(errno));
-        if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = ftello(f_)) < 0) {
-            std::fclose(f_);
-            throw FileError(name_ + ": cannot determine the file size: " + std::strerror(errno));
-        }
-    }
-    ~InFile() { std::fclose(f_); }
-    InFile(const InFile&) = delete;
-    InFile& operator=(const InFile&) = delete;
-
-    std::uint64_t size() const { return static_cast<std::uint64_t>(size_); }
-    const std::string& name() const { return name_; }
-
-    void read_at(std::uint64_t offset, void* dst, std::size_t n, const std::string& what) {
-        if (offset + n > size())
-            throw FileError(name_ + ": truncated: " + what + " needs bytes up to " + std::to_string(offset + n) +
-                            ", the file has " + std::to_string(size()));
-        if (offset != pos_ && fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
-            throw FileError(name_ + ": seek failed while reading " + what + ": " + std::strerror(errno));
-        if (std::fread(dst, 1, n, f_) != n)
-            throw FileError(name_ + ": read error in " + what + (std::ferror(f_) ? ": " : "") +
-                            (std::ferror(f_) ? std::strerror(errno) : " (the file shrank)"));
-        pos_ = offset + n;
-    }
-
-private:
-    std::string name_;
-    std::FILE* f_ = nullptr;
-    off_t size_ = 0;
-    std::uint64_t pos_ = ~std::uint64_t{0};
-};
-
 // The shortest decimal that reads back as v.
 inline std::string double_text(double v) {
     char buf[64];
@@ -584,7 +497,7 @@ private:
     std::string file_;
 };
 
-inline TrainingStateInfo read_info(InFile& f) {
+inline TrainingStateInfo read_info(io::FileReader& f) {
     const std::string& file = f.name();
     const std::uint64_t size = f.size();
     unsigned char fixed[fixed_bytes] = {};
@@ -601,9 +514,9 @@ inline TrainingStateInfo read_info(InFile& f) {
         throw FileError(file + ": unsupported training-state format version " + std::to_string(info.version) +
                         " (this build reads version " + std::to_string(version) + ")");
     const std::uint32_t fixed_crc = get_le<std::uint32_t>(fixed + 28);
-    if (Crc32::of(fixed, 28) != fixed_crc)
+    if (io::Crc32::of(fixed, 28) != fixed_crc)
         throw FileError(file + ": checksum mismatch in the fixed header (stored " + hex32(fixed_crc) + ", computed " +
-                        hex32(Crc32::of(fixed, 28)) + "): the file is corrupt");
+                        hex32(io::Crc32::of(fixed, 28)) + "): the file is corrupt");
     const std::uint64_t header_bytes = get_le<std::uint32_t>(fixed + 12);
     info.file_bytes = get_le<std::uint64_t>(fixed + 16);
     if (size < info.file_bytes)
@@ -619,9 +532,9 @@ inline TrainingStateInfo read_info(InFile& f) {
     std::string text(static_cast<std::size_t>(header_bytes), '\0');
     f.read_at(fixed_bytes, text.data(), text.size(), "the JSON header");
     const std::uint32_t header_crc = get_le<std::uint32_t>(fixed + 24);
-    if (Crc32::of(text.data(), text.size()) != header_crc)
+    if (io::Crc32::of(text.data(), text.size()) != header_crc)
         throw FileError(file + ": checksum mismatch in the JSON header (stored " + hex32(header_crc) + ", computed " +
-                        hex32(Crc32::of(text.data(), text.size())) + "): the file is corrupt");
+                        hex32(io::Crc32::of(text.data(), text.size())) + "): the file is corrupt");
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(text);
@@ -765,13 +678,13 @@ inline TrainingStateInfo read_info(InFile& f) {
 // [keep_from, keep_from + keep) (keep -1: all) are also uploaded to dst on
 // the device (a shard's part of a section). Returns whether the checksum matched.
 template <class T, class D>
-bool stream_section(InFile& f, const StateSection& s, std::size_t chunk_bytes, const D& dev, T* dst,
+bool stream_section(io::FileReader& f, const StateSection& s, std::size_t chunk_bytes, const D& dev, T* dst,
                     std::int64_t keep_from = 0, std::int64_t keep = -1) {
     if (keep < 0) keep = s.count - keep_from;
     static_assert(std::is_trivially_copyable_v<T>);
     const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, chunk_bytes / sizeof(T)));
     std::vector<T> buf(static_cast<std::size_t>(std::min(s.count, chunk)));
-    Crc32 crc;
+    io::Crc32 crc;
     for (std::int64_t done = 0; done < s.count;) {
         const std::int64_t k = std::min(chunk, s.count - done);
         const auto bytes = static_cast<std::size_t>(k) * sizeof(T);
@@ -804,7 +717,7 @@ inline void check_float(const std::string& file, const std::string& what, float 
 // size, checksums of the fixed and JSON headers, the section table) but with
 // the sections' payloads not read. Throws FileError as load_training_state does.
 inline TrainingStateInfo read_training_state_info(const std::filesystem::path& path) {
-    detail::state_file::InFile f(path);
+    io::FileReader f(path);
     return detail::state_file::read_info(f);
 }
 
@@ -857,8 +770,8 @@ void save_training_state(const std::filesystem::path& path,
     sf::put_le<std::uint32_t>(fixed + 8, sf::version);
     sf::put_le<std::uint32_t>(fixed + 12, static_cast<std::uint32_t>(header.size()));
     sf::put_le<std::uint64_t>(fixed + 16, file_bytes);
-    sf::put_le<std::uint32_t>(fixed + 24, Crc32::of(header.data(), header.size()));
-    sf::put_le<std::uint32_t>(fixed + 28, Crc32::of(fixed, 28));
+    sf::put_le<std::uint32_t>(fixed + 24, io::Crc32::of(header.data(), header.size()));
+    sf::put_le<std::uint32_t>(fixed + 28, io::Crc32::of(fixed, 28));
 
     const std::string file = path.string();
     io::atomic_write(path, [&](io::FileWriter& w) {
@@ -882,7 +795,7 @@ void save_training_state(const std::filesystem::path& path,
         auto section = [&]<class T>(const T* src, std::int64_t count, bool on_host) {
             const auto chunk = static_cast<std::int64_t>(std::max<std::size_t>(1, options.chunk_bytes / sizeof(T)));
             std::vector<T> buf(static_cast<std::size_t>(std::min(count, chunk)));
-            Crc32 crc;
+            io::Crc32 crc;
             for (std::int64_t done = 0; done < count;) {
                 const std::int64_t k = std::min(chunk, count - done);
                 if (on_host)
@@ -939,7 +852,7 @@ TrainingProgress load_training_state(const std::filesystem::path& path,
                                      const typename Model::device_type& dev, const StateFileOptions& options = {}) {
     namespace sf = detail::state_file;
     using Act = typename Model::value_type;
-    sf::InFile f(path);
+    io::FileReader f(path);
     const TrainingStateInfo info = sf::read_info(f);
     const std::string& file = f.name();
     Model& model = step.model();
