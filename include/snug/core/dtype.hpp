@@ -177,7 +177,9 @@ struct dtype_traits<std::uint8_t> {
 template <class T>
 inline constexpr DType dtype_of = dtype_traits<T>::dtype;
 
-// The floating-point types a training tensor may be stored in.
+// The floating-point types a training tensor may be stored in: fp32 and the
+// two 16-bit storage types. The one float concept: the CUDA kernels and the
+// host GEMM take these; the host references also take double (HostFloat).
 template <class T>
 concept FloatStorage = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
 

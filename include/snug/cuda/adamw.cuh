@@ -18,7 +18,7 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
 #include "snug/ops/adamw.hpp"
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(ops::moment_block)
 // stochastically from `rounding`'s stream (ops::AdamWRounding).
 // One pass, elementwise: the host kernel's bits. Throws ShapeError for n < 0
 // and ConfigError for step < 1. T: float, snug::bfloat16 or snug::half.
-template <CudaFloat T, class P, class M>
+template <FloatStorage T, class P, class M>
     requires OptimizerStateType<P> && OptimizerStateType<M>
 void adamw_update(const Device& dev, P* master,  // (n) master weights (fp32), or the bf16 weights themselves
                   T* working,                    // (n) compute copy, or nullptr
@@ -196,7 +196,7 @@ void adamw_update(const Device& dev, P* weights,  // (n)
 // holds the new moments, quantised stochastically; P = bfloat16 weights
 // without a master round as in adamw_update. The host kernel's bits. Throws
 // ShapeError for n < 0 and ConfigError for step < 1.
-template <CudaFloat T, class P>
+template <FloatStorage T, class P>
     requires OptimizerStateType<P>
 void adamw_update_8bit(const Device& dev, P* master,    // (n) master weights (fp32), or the bf16 weights themselves
                        T* working,                      // (n) compute copy, or nullptr

@@ -32,7 +32,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
@@ -313,7 +313,7 @@ std::size_t attention_shared_bytes(Kernel kernel, std::int64_t floats) {
 //   out[b, t, h * hs + i] = sum_j att[b, h, t, j] v_j[i]   (from the fp32 probabilities).
 // Deterministic. Throws ShapeError when B or T is negative, C is not a
 // positive multiple of NH, or B * NH * T >= 2^31.
-template <CudaFloat T>
+template <FloatStorage T>
 void attention_forward(const Device& dev, T* out,  // (B, T, C)
                        T* att,                     // (B, NH, T, T)
                        const T* qkv,               // (B, T, 3C)
@@ -332,7 +332,7 @@ void attention_forward(const Device& dev, T* out,  // (B, T, C)
 // the diagonal must be 0, as attention_forward writes them). `scratch` holds
 // dS on return (zeros above the diagonal). Deterministic. Throws ShapeError as
 // attention_forward.
-template <CudaFloat T>
+template <FloatStorage T>
 void attention_backward(const Device& dev, T* dqkv,  // (B, T, 3C) overwritten
                         T* scratch,                  // (B, NH, T, T) any contents, clobbered
                         const T* dout,               // (B, T, C)

@@ -22,6 +22,7 @@
 
 #include "snug/core/buffer.hpp"
 #include "snug/core/error.hpp"
+#include "snug/core/dtype.hpp"
 #include "snug/core/half.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/cuda/check.hpp"
@@ -33,17 +34,13 @@ namespace snug::cuda {
 // How matmul reads an operand: as stored (N) or transposed (T).
 enum class Op : bool { N, T };
 
-// Element types the GEMM reads: fp32 or one of the 16-bit storage types.
-template <class T>
-concept GemmInput = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
-
 // C (and the bias) is float, or the inputs' own type.
 template <class TC, class T>
-concept GemmOutput = GemmInput<T> && (std::same_as<TC, float> || std::same_as<TC, T>);
+concept GemmOutput = FloatStorage<T> && (std::same_as<TC, float> || std::same_as<TC, T>);
 
 namespace detail {
 
-template <GemmInput T>
+template <FloatStorage T>
 constexpr cudaDataType_t cuda_data_type() {
     if constexpr (std::same_as<T, float>) {
         return CUDA_R_32F;
@@ -205,7 +202,7 @@ public:
     std::size_t plan_count() const noexcept { return plans_.size(); }
 
     // The key matmul<T, TC> uses for this problem.
-    template <GemmInput T, class TC>
+    template <FloatStorage T, class TC>
         requires GemmOutput<TC, T>
     MatmulKey key(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t lda,
                   std::int64_t ldb, std::int64_t ldc, bool bias) const noexcept {
@@ -235,7 +232,7 @@ public:
     }
 
     // Whether cuBLASLt has an algorithm for this problem (queried once, cached).
-    template <GemmInput T, class TC>
+    template <FloatStorage T, class TC>
         requires GemmOutput<TC, T>
     bool supports(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t lda,
                   std::int64_t ldb, std::int64_t ldc, bool bias,
@@ -254,7 +251,7 @@ public:
     // snug::Error for a null pointer or one not aligned to 16 bytes;
     // CudaError when cuBLASLt has no algorithm for the problem (naming the
     // shape and types) or the call fails.
-    template <GemmInput T, class TC>
+    template <FloatStorage T, class TC>
         requires GemmOutput<TC, T>
     void matmul(cudaStream_t stream, Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K,
                 float alpha,

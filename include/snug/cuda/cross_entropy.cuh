@@ -13,7 +13,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(cross_entropy_threads)
 // a target outside [0, V) gives that row a NaN loss and leaves its logits
 // untouched. Throws ShapeError for a negative size, V > Vp, or V == 0 with rows.
 // T: float, snug::bfloat16 or snug::half.
-template <CudaFloat T>
+template <FloatStorage T>
 void softmax_cross_entropy(const Device& dev, float* losses,  // (N)
                            T* logits,                         // (N, Vp): in logits, out dlogits
                            const std::int32_t* targets,       // (N)

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "snug/core/error.hpp"
+#include "snug/core/dtype.hpp"  // FloatStorage: the element types the kernels read and write (math in fp32)
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
@@ -24,11 +25,6 @@
 #include "snug/ops/sizes.hpp"
 
 namespace snug::cuda {
-
-// Element types the CUDA kernels read and write: fp32 and the two 16-bit
-// storage types (math is always fp32).
-template <class T>
-concept CudaFloat = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
 
 namespace detail {
 
@@ -146,7 +142,7 @@ struct Identity {
 }  // namespace detail
 
 // out = a + b, elementwise; out may equal a or b.
-template <CudaFloat T>
+template <FloatStorage T>
 void residual_forward(const Device& dev, T* out,  // (n)
                       const T* a,                 // (n)
                       const T* b,                 // (n)
@@ -156,7 +152,7 @@ void residual_forward(const Device& dev, T* out,  // (n)
 }
 
 // dst += src, elementwise.
-template <CudaFloat T>
+template <FloatStorage T>
 void add_inplace(const Device& dev, T* dst,  // (n)
                  const T* src,               // (n)
                  std::int64_t n) {
@@ -165,7 +161,7 @@ void add_inplace(const Device& dev, T* dst,  // (n)
 }
 
 // x *= s, elementwise (in fp32; for float exactly x[i] * s).
-template <CudaFloat T>
+template <FloatStorage T>
 void scale_inplace(const Device& dev, T* x,  // (n)
                    std::int64_t n, float s) {
     ops::check_non_negative("scale_inplace", {{"n", n}});
@@ -176,7 +172,7 @@ void scale_inplace(const Device& dev, T* x,  // (n)
 // step when narrowing (float -> 16-bit, one 16-bit type -> the other, through
 // float); the same type is a byte copy. out must not overlap in unless they
 // are the same type and pointer.
-template <CudaFloat Dst, CudaFloat Src>
+template <FloatStorage Dst, FloatStorage Src>
 void cast(const Device& dev, Dst* out,  // (n)
           const Src* in,                // (n)
           std::int64_t n) {

@@ -13,7 +13,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"
 #include "snug/cuda/shared_memory.hpp"
@@ -202,7 +202,7 @@ inline void check_encoder(const char* op, int B, int T_, int C) {
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :], summed in fp32 and rounded
 // once (the host kernel's bits); wpe == nullptr: wte's row, copied. Token ids are not checked on the device: they
 // must lie in [0, Vp). Throws ShapeError for a negative size or B * T >= 2^31.
-template <CudaFloat T>
+template <FloatStorage T>
 void encoder_forward(const Device& dev, T* out,   // (B, T, C)
                      const std::int32_t* tokens,  // (B, T)
                      const T* wte,                // (Vp, C)
@@ -221,7 +221,7 @@ void encoder_forward(const Device& dev, T* out,   // (B, T, C)
 // encoder_backward_wte_kernel for how, and what it costs). Negative token ids
 // are skipped; ids >= Vp are not checked. Throws ShapeError for a negative size
 // or B * T >= 2^31.
-template <CudaFloat T>
+template <FloatStorage T>
 void encoder_backward(const Device& dev, float* dwte,  // (Vp, C) +=
                       float* dwpe,                     // (maxT, C) += or nullptr
                       const T* dout,                   // (B, T, C)

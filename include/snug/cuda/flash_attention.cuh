@@ -49,7 +49,7 @@
 #include "snug/cuda/attention.cuh"  // check_query_rows
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/mma.hpp"
 #include "snug/cuda/norms.cuh"  // warp_sum
@@ -61,7 +61,7 @@ namespace snug::cuda {
 // Whether flash attention of activation type T and head size hs runs on
 // tensor cores (bf16 or fp16, hs a multiple of 16 up to 128); otherwise it
 // runs the SIMT kernels.
-template <CudaFloat T>
+template <FloatStorage T>
 constexpr bool flash_attention_uses_tensor_cores(int hs) {
     return MmaInput<T> && hs > 0 && hs % 16 == 0 && hs <= 128;
 }
@@ -1069,7 +1069,7 @@ void flash_backward_shape(std::size_t optin, F&& f) {
 // where flash_attention_uses_tensor_cores<T>(C / NH), the SIMT kernel
 // otherwise. Deterministic. Throws ShapeError when B or T is negative, C is
 // not a positive multiple of NH, or B * NH * T >= 2^31.
-template <CudaFloat T>
+template <FloatStorage T>
 void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
                              ops::flash_stat_t<T>* lse,       // (B, NH, T)
                              const T* qkv,                    // (B, T, 3C)
@@ -1103,7 +1103,7 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
 // `scratch` holds D = rowsum(dout * out) on return. The same kernels' choice
 // as the forward; no atomics: the same bits every run. Throws ShapeError as
 // flash_attention_forward.
-template <CudaFloat T>
+template <FloatStorage T>
 void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3C) overwritten
                               ops::flash_stat_t<T>* scratch,         // (B, NH, T) any contents; D on return
                               const T* dout,                         // (B, T, C)

@@ -47,7 +47,7 @@ struct GeluBackward {
 }  // namespace detail
 
 // out = gelu(inp), elementwise; out may equal inp.
-template <CudaFloat T>
+template <FloatStorage T>
 void gelu_forward(const Device& dev, T* out,  // (n)
                   const T* inp,               // (n)
                   std::int64_t n) {
@@ -56,7 +56,7 @@ void gelu_forward(const Device& dev, T* out,  // (n)
 }
 
 // dinp = gelu'(inp) * dout, elementwise, overwriting; dinp may equal inp or dout.
-template <CudaFloat T>
+template <FloatStorage T>
 void gelu_backward(const Device& dev, T* dinp,  // (n)
                    const T* inp,                // (n)
                    const T* dout,               // (n)

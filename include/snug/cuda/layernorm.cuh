@@ -16,7 +16,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norm_rows.cuh"
 #include "snug/cuda/norms.cuh"
@@ -116,7 +116,7 @@ void launch_layernorm_forward(const Device& dev, T* out, float* mean, float* rst
 // statistics mean and rstd = 1 / sqrt(biased variance + 1e-5) of row n saved
 // for the backward. One warp per row, two passes over the row (mean, then the
 // variance about it). Throws ShapeError for a negative size or C == 0.
-template <CudaFloat T>
+template <FloatStorage T>
 void layernorm_forward(const Device& dev, T* out,  // (N, C)
                        float* mean,                // (N)
                        float* rstd,                // (N)
@@ -135,7 +135,7 @@ void layernorm_forward(const Device& dev, T* out,  // (N, C)
 // followed by layernorm_forward, reading res and x once instead of res twice
 // (a block's second residual add and its ln2). Throws ShapeError for a
 // negative size or C == 0.
-template <CudaFloat T>
+template <FloatStorage T>
 void residual_layernorm_forward(const Device& dev, T* out,  // (N, C)
                                 float* mean,                // (N)
                                 float* rstd,                // (N)
@@ -158,7 +158,7 @@ void residual_layernorm_forward(const Device& dev, T* out,  // (N, C)
 // grid follows its SM count). The partial sums go in the Blas workspace when
 // the tag has a Blas, else in memory from the stream's pool. Throws
 // ShapeError for a negative size or C == 0.
-template <CudaFloat T>
+template <FloatStorage T>
 void layernorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                         float* dweight,              // (C) +=
                         float* dbias,                // (C) +=

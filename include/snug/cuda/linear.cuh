@@ -130,7 +130,7 @@ inline Blas& require_blas(const Device& dev, const char* op) {
 // Throws ShapeError for a negative size, snug::Error for a null pointer that
 // would be read, a missing Blas or a pointer not aligned to 16 bytes (see
 // Blas::matmul), CudaError when cuBLASLt fails.
-template <CudaFloat T>
+template <FloatStorage T>
 void linear_forward(const Device& dev, T* out,  // (N, OC)
                     const T* inp,               // (N, C)
                     const T* weight,            // (OC, C)
@@ -165,7 +165,7 @@ void linear_forward(const Device& dev, T* out,  // (N, OC)
 //   dbias += column sums of dout (OC), fp32, accumulated; skipped when null.
 //            Deterministic; uses the Blas workspace as scratch in stream order.
 // Throws like linear_forward.
-template <CudaFloat T>
+template <FloatStorage T>
 void linear_backward(const Device& dev, T* dinp,  // (N, C) or nullptr
                      float* dweight,              // (OC, C)
                      float* dbias,                // (OC) or nullptr

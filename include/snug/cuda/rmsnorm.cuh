@@ -12,7 +12,7 @@
 #include "snug/core/half.hpp"
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat
+#include "snug/cuda/elementwise.cuh"  // FloatStorage
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norm_rows.cuh"
 #include "snug/cuda/norms.cuh"
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(norm_rows_per_block * 32)
 // of row n saved for the backward (eps added as a float). One warp per row,
 // one pass for the statistic. Throws for a negative size, C == 0 or a
 // negative or non-finite eps.
-template <CudaFloat T>
+template <FloatStorage T>
 void rmsnorm_forward(const Device& dev, T* out,  // (N, C)
                      float* rstd,                // (N)
                      const T* inp,               // (N, C)
@@ -93,7 +93,7 @@ void rmsnorm_forward(const Device& dev, T* out,  // (N, C)
 // GPU; the partial sums in the Blas workspace when the tag has a Blas, else
 // in memory from the stream's pool. Throws ShapeError for a negative size or
 // C == 0.
-template <CudaFloat T>
+template <FloatStorage T>
 void rmsnorm_backward(const Device& dev, T* dinp,  // (N, C) +=
                       float* dweight,              // (C) +=
                       const T* dout,               // (N, C)

@@ -12,7 +12,7 @@
 
 #include "snug/core/half.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, elementwise_block
+#include "snug/cuda/elementwise.cuh"  // FloatStorage, elementwise_block
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"  // grid_stride_blocks
 #include "snug/ops/rope.hpp"
@@ -69,7 +69,7 @@ void rope_launch(const char* op, const Device& dev, T* out, const T* x, int B, i
 // equal inp. Rows are row_stride elements apart (0: NH * hs). Throws for a
 // negative size, an odd hs, theta <= 0, a negative offset or a stride below
 // NH * hs.
-template <CudaFloat T>
+template <FloatStorage T>
 void rope_forward(const Device& dev, T* out,  // (B, T, NH, hs)
                   const T* inp,               // (B, T, NH, hs)
                   int B, int T_, int NH, int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0,
@@ -79,7 +79,7 @@ void rope_forward(const Device& dev, T* out,  // (B, T, NH, hs)
 
 // dinp = dout rotated back (the transpose of the forward rotation),
 // overwriting; dinp may equal dout.
-template <CudaFloat T>
+template <FloatStorage T>
 void rope_backward(const Device& dev, T* dinp,  // (B, T, NH, hs)
                    const T* dout,               // (B, T, NH, hs)
                    int B, int T_, int NH, int hs, double theta = ops::rope_theta, std::int64_t pos_offset = 0,

@@ -11,7 +11,7 @@
 
 #include "snug/core/half.hpp"
 #include "snug/cuda/device.hpp"
-#include "snug/cuda/elementwise.cuh"  // CudaFloat, elementwise_block
+#include "snug/cuda/elementwise.cuh"  // FloatStorage, elementwise_block
 #include "snug/cuda/launch.hpp"
 #include "snug/cuda/norms.cuh"  // grid_stride_blocks
 #include "snug/ops/swiglu.hpp"
@@ -61,7 +61,7 @@ __global__ void swiglu_backward_kernel(T* dinp,        // (N, 2H): [dgate | dup]
 
 // out[n, h] = silu(inp[n, h]) * inp[n, H + h]. out must not overlap inp.
 // Throws ShapeError for a negative size.
-template <CudaFloat T>
+template <FloatStorage T>
 void swiglu_forward(const Device& dev, T* out,  // (N, H)
                     const T* inp,               // (N, 2H): [gate | up] per row
                     std::int64_t N, int H) {
@@ -74,7 +74,7 @@ void swiglu_forward(const Device& dev, T* out,  // (N, H)
 
 // dinp = [dout * up * silu'(gate) | dout * silu(gate)] per row, overwriting.
 // dinp must not overlap inp or dout. Throws ShapeError for a negative size.
-template <CudaFloat T>
+template <FloatStorage T>
 void swiglu_backward(const Device& dev, T* dinp,  // (N, 2H): [dgate | dup] per row
                      const T* inp,                // (N, 2H): [gate | up] per row
                      const T* dout,               // (N, H)

@@ -108,7 +108,7 @@ inline bool gemm_fits_cblas(std::initializer_list<gemm_index> values) {
 // cblas_sgemm when snug is built with it and SNUG_HOST_GEMM does not say
 // otherwise (gemm_uses_cblas(); 16-bit inputs are widened to fp32 copies
 // first), by gemm_portable otherwise.
-template <GemmInput T, class TC>
+template <FloatStorage T, class TC>
     requires GemmOutput<TC, T>
 void gemm(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const T* A, std::int64_t lda,  // (M, K), or (K, M) when op_a == Op::T

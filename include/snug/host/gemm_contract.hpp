@@ -9,6 +9,7 @@
 #include <source_location>
 #include <string>
 
+#include "snug/core/dtype.hpp"
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 
@@ -17,14 +18,10 @@ namespace snug::host {
 // How a GEMM reads an operand: as stored (N) or transposed (T).
 enum class Op : bool { N, T };
 
-// Element types a GEMM reads: fp32 or one of the 16-bit storage types.
-template <class T>
-concept GemmInput = std::same_as<T, float> || std::same_as<T, half> || std::same_as<T, bfloat16>;
-
 // C is float, or the inputs' own 16-bit type (computed in fp32, rounded to
 // nearest even once at the end).
 template <class TC, class T>
-concept GemmOutput = GemmInput<T> && (std::same_as<TC, float> || std::same_as<TC, T>);
+concept GemmOutput = FloatStorage<T> && (std::same_as<TC, float> || std::same_as<TC, T>);
 
 namespace detail {
 

@@ -463,7 +463,7 @@ void gemm_portable_run(GemmIsa isa, Op op_a, Op op_b, gemm_index M, gemm_index N
 // Throws ShapeError for a negative size or a leading dimension shorter than
 // the stored row (lda >= K, or M when op_a == T; ldb >= N, or K when op_b == T;
 // ldc >= N), and snug::Error for a null pointer that would be used.
-template <GemmInput T, class TC>
+template <FloatStorage T, class TC>
     requires GemmOutput<TC, T>
 void gemm_portable(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                    const T* A, std::int64_t lda,  // (M, K), or (K, M) when op_a == Op::T

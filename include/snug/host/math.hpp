@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "snug/core/dtype.hpp"
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/host/parallel.hpp"
@@ -20,11 +21,11 @@
 
 namespace snug::host {
 
-// Element types a host kernel reads and writes: fp32, fp64 (for finite-
-// difference tests) and the two 16-bit storage types.
+// Element types a host kernel reads and writes: the storage types
+// (FloatStorage: fp32 and the two 16-bit ones) and fp64, for the references
+// and finite-difference tests.
 template <class T>
-concept HostFloat =
-    std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, half> || std::same_as<T, bfloat16>;
+concept HostFloat = FloatStorage<T> || std::same_as<T, double>;
 
 // True for the two 16-bit storage types.
 template <class T>
