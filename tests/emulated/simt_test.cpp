@@ -191,6 +191,29 @@ __global__ void barriers_at_two_sites_kernel(int* out) {
     out[threadIdx.x] = 1;
 }
 
+// Half of warp 0 reaches a barrier, the rest of the block exits: a
+// conditional __syncthreads() whose condition differs across the block.
+__global__ void barrier_after_exit_kernel(int* out) {
+    if (threadIdx.x < 16) {
+        __syncthreads();
+        out[threadIdx.x] = 1;
+    }
+}
+
+// Whole warps exit, then the others meet at a barrier: the same rule.
+__global__ void barrier_after_warp_exit_kernel(int* out) {
+    if (threadIdx.x >= 32) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+// Correct: every thread passes the barrier, then some exit.
+__global__ void exit_after_barrier_kernel(int* out) {
+    __syncthreads();
+    if (threadIdx.x >= 16) return;
+    out[threadIdx.x] = 1;
+}
+
 __global__ void barrier_against_syncwarp_kernel(int* out) {
     if (threadIdx.x % 32 == 0) {
         __syncthreads();
@@ -517,6 +540,26 @@ TEST_CASE("detector: a barrier not reached by every live thread", "[emulated][fa
     const std::string m = fault_of([&] { launch<barrier_against_syncwarp_kernel>(1, 64, 0, nullptr, out.p); });
     CHECK_THAT(m, Contains("barrier_against_syncwarp_kernel") && Contains("is reached by 2 of 64 live threads") &&
                       Contains("thread (1, 0, 0)") && Contains("waits at __syncwarp"));
+}
+
+TEST_CASE("detector: a barrier that some of the block's threads skip by exiting", "[emulated][fault]") {
+    // Warp 0 split: lanes 0-15 wait at the barrier (thread 0 arrives first), lane 16 exits.
+    DeviceArray<int> out(64);
+    const std::string split = fault_of([&] { launch<barrier_after_exit_kernel>(1, 64, 0, nullptr, out.p); });
+    CHECK_THAT(split, Contains("barrier_after_exit_kernel") && Contains("thread (16, 0, 0)") &&
+                          Contains("exited while thread (0, 0, 0) waits at __syncthreads") &&
+                          Contains("simt_test.cpp:") && Contains("a barrier must be reached by every thread"));
+    DeviceArray<int> out2(64);  // after the reset: out's memory went with it
+    const std::string warps = fault_of([&] { launch<barrier_after_warp_exit_kernel>(1, 64, 0, nullptr, out2.p); });
+    CHECK_THAT(warps, Contains("barrier_after_warp_exit_kernel") &&
+                          Contains("a barrier must be reached by every thread"));
+}
+
+TEST_CASE("threads may exit once every thread has passed the barrier", "[emulated]") {
+    DeviceArray<int> out(64);
+    launch<exit_after_barrier_kernel>(1, 64, 0, nullptr, out.p);
+    const auto v = out.get();
+    for (int t = 0; t < 16; ++t) CHECK(v[t] == 1);
 }
 
 TEST_CASE("detector: a warp collective whose mask names lanes that never arrive", "[emulated][fault]") {

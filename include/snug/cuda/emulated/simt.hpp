@@ -12,12 +12,15 @@
 // Warp collectives (__shfl_*_sync, votes, __syncwarp, and snug's tensor-core
 // fragments) follow sm_70+ semantics: they complete once every lane named in
 // the mask has arrived with the same mask and operation, whatever its call site.
-// Block barriers complete once every live (not exited) thread has arrived.
+// Block barriers complete once every thread of the block has arrived; a
+// thread that exits while others wait at one, or a barrier reached after
+// some thread exited, is a fault (below).
 //
 // Faults, each reported with the kernel, block and thread, abort the launch
 // and leave a sticky error (cudaErrorLaunchFailure; cudaDeviceReset clears it):
-//   - a barrier reached at different call sites, or not by every live thread
-//     (the others wait elsewhere, or the block can make no progress);
+//   - a barrier reached at different call sites, or not by every thread
+//     (the others wait elsewhere, have exited, or the block can make no
+//     progress);
 //   - a warp collective whose mask leaves out the calling lane, names a lane
 //     that exited or never arrives, or whose lanes disagree on the operation;
 //   - a shuffle reading a lane outside its mask, or a width that is not a
@@ -140,6 +143,11 @@ inline bool same_site(const std::source_location& a, const std::source_location&
 enum class Wait : std::uint8_t { ready, running, barrier, collective, exited };
 
 enum class BarrierKind : std::uint8_t { sync, count, all, any };
+
+// Why a barrier that some of a block's threads skip by exiting is a fault.
+inline constexpr const char* partial_barrier_rule =
+    "a barrier must be reached by every thread of the block (CUDA allows __syncthreads() in conditional code only "
+    "where the condition is the same across the whole block)";
 
 inline const char* barrier_name(BarrierKind k) {
     switch (k) {
@@ -530,6 +538,20 @@ inline int Block::barrier(Thread& t, BarrierKind kind, int predicate, const std:
         fail(t, std::string(barrier_name(kind)) + " at " + str(site) + " while thread " + str(first->idx) + " " +
                     waits_at(*first) + ": a block's threads must reach the same barrier");
     }
+    if (live < threads.size()) {
+        // A barrier in conditional code whose condition differs across the
+        // block: the Programming Guide allows __syncthreads() there only when
+        // the whole block takes the same branch. (A GPU may let the exited
+        // threads count as arrived, and may hang or corrupt later barriers.)
+        const Thread* gone = nullptr;
+        for (const Thread& w : threads)
+            if (w.wait == Wait::exited) {
+                gone = &w;
+                break;
+            }
+        fail(t, std::string(barrier_name(kind)) + " at " + str(site) + " while thread " + str(gone->idx) +
+                    " has exited: " + partial_barrier_rule);
+    }
     if (barrier_arrived == 0) {
         barrier_kind = kind;
         barrier_site = site;
@@ -606,7 +628,16 @@ inline void Block::exit(Thread& t) {
                 ", whose mask names this lane";
         return;
     }
-    if (barrier_arrived > 0 && barrier_arrived == live) complete_barrier();
+    if (barrier_arrived > 0) {
+        const Thread* first = nullptr;
+        for (const Thread& w : threads)
+            if (w.wait == Wait::barrier) {
+                first = &w;
+                break;
+            }
+        fault = where(t) + ": exited while thread " + str(first->idx) + " " + waits_at(*first) + ": " +
+                partial_barrier_rule;
+    }
 }
 
 SNUG_EMULATED_UNTRACED inline void* Block::static_shared(Thread& t, const void* key, std::size_t bytes, std::size_t align,
