@@ -17,3 +17,14 @@ foreach(mode package subdirectory)
   run(${CMAKE_COMMAND} --build ${SCRATCH}/${mode})
   run(${SCRATCH}/${mode}/downstream)
 endforeach()
+
+# The installed package under Clang with the shared-memory checker on: the
+# project's own kernel is checked (where clang++-19 is installed).
+if(CLANG_CXX)
+  run(${CMAKE_COMMAND} -S ${SNUG_SOURCE_DIR}/tests/downstream -B ${SCRATCH}/checked -G ${GENERATOR}
+      -DCMAKE_PREFIX_PATH=${SCRATCH}/prefix -DSNUG_MODE=package -DSNUG_WITH_CUDA=OFF
+      -DCMAKE_CXX_COMPILER=${CLANG_CXX} -DSNUG_EMULATED_CHECKS=ON)
+  run(${CMAKE_COMMAND} --build ${SCRATCH}/checked --target checked_kernel)
+  run(${SCRATCH}/checked/checked_kernel)
+  message(STATUS "the installed package's shared-memory checker caught the downstream kernel's unwritten read")
+endif()

@@ -51,11 +51,18 @@ namespace snug::cuda::emulated::detail {
 SNUG_EMULATED_UNTRACED inline void on_access(const void* p, std::size_t n, bool write, bool atomic,
                                              const void* pc) {
     if (in_emulator) return;  // the emulator's own work, the checker's included
+    // Set before any call: in an unoptimised build (a downstream Debug build)
+    // nothing is inlined, so current(), EmulatorScope and the checker's own
+    // functions are instrumented calls whose loads come straight back here;
+    // the line above must already turn them away.
+    in_emulator = true;
+    struct Leave {
+        SNUG_EMULATED_UNTRACED ~Leave() { in_emulator = false; }
+    } const leave;
     Worker* w = tls_worker;
     if (w == nullptr) return;
     Thread* t = w->current();
     if (t == nullptr) return;
-    const EmulatorScope scope;
     w->block.note_shared_access(*t, p, n, write, atomic, pc);
 }
 
