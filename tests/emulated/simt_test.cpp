@@ -284,6 +284,43 @@ __global__ void ordered_by_barriers_kernel(int* out) {
     __syncwarp();
     out[threadIdx.x] += s[threadIdx.x ^ 1];  // same warp, after a collective
 }
+
+// Each half-warp synchronises on its own: lane 3 reading what lane 19 wrote
+// is a race (the two masks share no lane).
+__global__ void half_warp_sync_race_kernel(int* out) {
+    auto& s = block_shared<int[32]>();
+    const unsigned lane = threadIdx.x % 32;
+    s[lane] = static_cast<int>(lane);
+    __syncwarp(lane < 16 ? 0x0000FFFFU : 0xFFFF0000U);
+    out[lane] = s[lane ^ 16];  // the other half's
+}
+
+// The same, each half reading its own half: ordered.
+__global__ void half_warp_sync_kernel(int* out) {
+    auto& s = block_shared<int[32]>();
+    const unsigned lane = threadIdx.x % 32;
+    s[lane] = static_cast<int>(lane);
+    __syncwarp(lane < 16 ? 0x0000FFFFU : 0xFFFF0000U);
+    out[lane] = s[lane ^ 1];  // a neighbour in the same half
+}
+
+// A histogram whose bins nobody zeroed: each atomicAdd reads them.
+__global__ void unzeroed_histogram_kernel(int* out) {
+    auto& bins = block_shared<int[4]>();
+    atomicAdd(&bins[threadIdx.x % 4], 1);
+    __syncthreads();
+    if (threadIdx.x < 4) out[threadIdx.x] = bins[threadIdx.x];
+}
+
+// The same with the bins zeroed first.
+__global__ void zeroed_histogram_kernel(int* out) {
+    auto& bins = block_shared<int[4]>();
+    if (threadIdx.x < 4) bins[threadIdx.x] = 0;
+    __syncthreads();
+    atomicAdd(&bins[threadIdx.x % 4], 1);
+    __syncthreads();
+    if (threadIdx.x < 4) out[threadIdx.x] = bins[threadIdx.x];
+}
 #endif
 
 }  // namespace
@@ -611,6 +648,27 @@ TEST_CASE("detector: a read of another warp's write with no barrier between", "[
     CHECK_THAT(m, Contains("read_race_kernel") && Contains("simt_test.cpp:"));
     CHECK((m.find("race on shared memory") != std::string::npos ||
            m.find("no thread of the block has written") != std::string::npos));
+}
+
+TEST_CASE("detector: __syncwarp orders only the lanes its mask names", "[emulated][fault][checker]") {
+    DeviceArray<int> out(32);
+    const std::string m = fault_of([&] { launch<half_warp_sync_race_kernel>(1, 32, 0, nullptr, out.p); });
+    CHECK_THAT(m, Contains("half_warp_sync_race_kernel") && Contains("race on shared memory: reads at simt_test.cpp:") &&
+                      Contains("with no barrier between"));
+    DeviceArray<int> out2(32);  // after the reset
+    launch<half_warp_sync_kernel>(1, 32, 0, nullptr, out2.p);
+    const auto v = out2.get();
+    for (int l = 0; l < 32; ++l) CHECK(v[static_cast<std::size_t>(l)] == (l ^ 1));
+}
+
+TEST_CASE("detector: an atomic on shared memory no thread wrote", "[emulated][fault][checker]") {
+    DeviceArray<int> out(4);
+    const std::string m = fault_of([&] { launch<unzeroed_histogram_kernel>(1, 64, 0, nullptr, out.p); });
+    CHECK_THAT(m, Contains("unzeroed_histogram_kernel") && Contains("an atomic at simt_test.cpp:") &&
+                      Contains("no thread of the block has written"));
+    DeviceArray<int> out2(4);
+    launch<zeroed_histogram_kernel>(1, 64, 0, nullptr, out2.p);
+    for (int v : out2.get()) CHECK(v == 16);
 }
 
 TEST_CASE("the checker accepts accesses ordered by barriers and warp collectives", "[emulated][checker]") {

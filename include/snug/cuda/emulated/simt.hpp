@@ -215,7 +215,19 @@ struct PendingCollective {
 struct Warp {
     unsigned live = 0;              // lanes that have not exited
     std::uint32_t generation = 0;   // collectives completed so far
+    std::vector<unsigned> masks;    // the lanes of each completed collective, by generation (for the checker)
     std::vector<PendingCollective> pending;
+
+    // Whether a collective completed since generation g named both lanes a
+    // and b: only then does it order what one did before it against what the
+    // other does after (the lanes of __syncwarp(0x0000ffff) are not ordered
+    // against those of __syncwarp(0xffff0000)).
+    bool synced_since(std::uint32_t g, unsigned a, unsigned b) const {
+        const unsigned both = (1U << a) | (1U << b);
+        for (std::uint32_t k = g; k < generation; ++k)
+            if ((masks[k] & both) == both) return true;
+        return false;
+    }
 };
 
 // Shared memory of one block: what block_shared<S>() (keyed by S) and the
@@ -606,6 +618,7 @@ inline std::uint64_t Block::collective(Thread& t, const CollectiveCall& call, co
             if (i < threads.size()) lanes[l] = &threads[i];
         }
         complete(*this, lanes, mask);
+        w.masks.push_back(mask);
         ++w.generation;
         for (unsigned l = 0; l < 32; ++l)
             if ((mask >> l & 1U) != 0) make_ready(*lanes[l]);
@@ -704,9 +717,11 @@ inline void Block::note_shared_access(Thread& t, const void* p, std::size_t n, b
     const std::size_t first = static_cast<std::size_t>(static_cast<const unsigned char*>(p) - a->data);
     const std::uint32_t epoch = barrier_epoch, gen = warps[t.warp].generation;
     const auto me = static_cast<std::uint16_t>(t.linear), my_warp = static_cast<std::uint16_t>(t.warp);
-    // Ordered: an earlier barrier interval, or the same warp with a collective between.
+    // Ordered: an earlier barrier interval, or the same warp with a
+    // collective between that named both lanes.
+    const Warp& my_warp_state = warps[t.warp];
     const auto ordered = [&](std::uint16_t who, std::uint32_t e, std::uint32_t g) {
-        return e != epoch || (threads[who].warp == t.warp && g != gen);
+        return e != epoch || (threads[who].warp == t.warp && my_warp_state.synced_since(g, threads[who].lane, t.lane));
     };
     // The first fault is reported when the thread next synchronises (the
     // checker runs inside the thread's loads and stores, where nothing may throw).
@@ -740,8 +755,15 @@ inline void Block::note_shared_access(Thread& t, const void* p, std::size_t n, b
             return report(i, "race on shared memory: writes at " + describe_pc(pc) + " what thread " +
                                  str(threads[b.writer].idx) + " wrote at " + describe_pc(b.write_pc) +
                                  " with no barrier between");
-        if (b.reader != ShadowByte::none && b.read_epoch == epoch && b.reader != me &&
-            !(b.reader_warp == my_warp && b.read_gen != gen)) {
+        // Since the reads: one reader ordered as above; several of this
+        // warp, any collective of it (their lanes are not kept).
+        const bool reads_ordered =
+            b.reader == ShadowByte::many ? b.reader_warp == my_warp && b.read_gen != gen
+                                         : b.reader != ShadowByte::none && ordered(b.reader, b.read_epoch, b.read_gen);
+        if (atomic && b.writer == ShadowByte::none)
+            return report(i, "an atomic at " + describe_pc(pc) + " reads shared memory no thread of the block has "
+                             "written (it starts undefined on a GPU: zero it first)");
+        if (b.reader != ShadowByte::none && b.read_epoch == epoch && b.reader != me && !reads_ordered) {
             const std::string readers = b.reader == ShadowByte::many ? std::string("other threads")
                                                                      : "thread " + str(threads[b.reader].idx);
             return report(i, "race on shared memory: writes at " + describe_pc(pc) + " what " + readers +
