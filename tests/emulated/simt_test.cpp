@@ -304,6 +304,16 @@ __global__ void half_warp_sync_kernel(int* out) {
     out[lane] = s[lane ^ 1];  // a neighbour in the same half
 }
 
+// cp.async, then the wait, then the read: correct.
+__global__ void async_copy_waited_kernel(float* out, const float* src) {  // (64)
+    auto& s = block_shared<float[64]>();
+    const unsigned t = threadIdx.x;
+    snug::cuda::cp_async<4>(&s[t], src + t, true);
+    snug::cuda::cp_async_commit();
+    snug::cuda::cp_async_wait<0>();
+    out[t] = s[t];
+}
+
 // A histogram whose bins nobody zeroed: each atomicAdd reads them.
 __global__ void unzeroed_histogram_kernel(int* out) {
     auto& bins = block_shared<int[4]>();
@@ -548,11 +558,20 @@ TEST_CASE("cp.async writes shared memory at the wait, not at the issue", "[emula
     std::vector<float> values(64);
     for (int i = 0; i < 64; ++i) values[static_cast<std::size_t>(i)] = 0.5f + static_cast<float>(i);
     snug::cuda::check(cudaMemcpy(src.p, values.data(), 64 * sizeof(float), cudaMemcpyHostToDevice));
-    launch<async_copy_lands_at_wait_kernel>(1, 64, 0, nullptr, before.p, after.p, src.p);
-    const std::vector<float> b = before.get(), a = after.get();
-    for (std::size_t i = 0; i < 64; ++i) {
-        CHECK(b[i] == -1.0f);
-        CHECK(a[i] == values[i]);
+    if constexpr (!snug::cuda::emulated::shared_checks) {
+        launch<async_copy_lands_at_wait_kernel>(1, 64, 0, nullptr, before.p, after.p, src.p);
+        const std::vector<float> b = before.get(), a = after.get();
+        for (std::size_t i = 0; i < 64; ++i) {
+            CHECK(b[i] == -1.0f);
+            CHECK(a[i] == values[i]);
+        }
+    } else {
+        // The checker reports the read before the wait, naming the copy's line.
+        const std::string m =
+            fault_of([&] { launch<async_copy_lands_at_wait_kernel>(1, 64, 0, nullptr, before.p, after.p, src.p); });
+        CHECK_THAT(m, Contains("async_copy_lands_at_wait_kernel") && Contains("thread (0, 0, 0)") &&
+                          Contains("shared memory its own cp.async at simt_test.cpp:") &&
+                          Contains("has not written yet"));
     }
 }
 
@@ -659,6 +678,15 @@ TEST_CASE("detector: __syncwarp orders only the lanes its mask names", "[emulate
     launch<half_warp_sync_kernel>(1, 32, 0, nullptr, out2.p);
     const auto v = out2.get();
     for (int l = 0; l < 32; ++l) CHECK(v[static_cast<std::size_t>(l)] == (l ^ 1));
+}
+
+TEST_CASE("the checker accepts a cp.async destination read after its wait", "[emulated][checker]") {
+    DeviceArray<float> out(64), src(64);
+    std::vector<float> values(64);
+    for (int i = 0; i < 64; ++i) values[static_cast<std::size_t>(i)] = 1.5f * static_cast<float>(i);
+    snug::cuda::check(cudaMemcpy(src.p, values.data(), 64 * sizeof(float), cudaMemcpyHostToDevice));
+    launch<async_copy_waited_kernel>(1, 64, 0, nullptr, out.p, src.p);
+    CHECK(out.get() == values);
 }
 
 TEST_CASE("detector: an atomic on shared memory no thread wrote", "[emulated][fault][checker]") {

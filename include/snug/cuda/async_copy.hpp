@@ -46,6 +46,7 @@ SNUG_EMULATED_UNTRACED void cp_async(void* dst, const void* src, bool valid,
     AsyncCopy copy;
     copy.dst = dst;
     copy.bytes = Bytes;
+    copy.site = site;
     if (valid) std::memcpy(copy.data, src, Bytes);
     t.async_copies.push_back(copy);
 }

@@ -189,6 +189,7 @@ struct AsyncCopy {
     std::size_t bytes = 0;
     unsigned char data[16] = {};
     int group = -1;
+    std::source_location site;  // where it was issued (the checker names it)
 };
 
 // An emulated CUDA thread.
@@ -728,6 +729,18 @@ inline void Block::note_shared_access(Thread& t, const void* p, std::size_t n, b
     const auto report = [&](std::size_t i, const std::string& what) {
         fault = this->where(t) + ": " + what + " (" + a->name() + ", byte " + std::to_string(i) + ")";
     };
+    // The thread's own cp.async into these bytes, not yet waited for: the
+    // read sees what was there before (another thread's read of them is a
+    // race with the wait, found below).
+    if (!write)
+        for (const AsyncCopy& c : t.async_copies) {
+            const auto* d = static_cast<const unsigned char*>(c.dst);
+            const auto* q = static_cast<const unsigned char*>(p);
+            if (q < d + c.bytes && d < q + n)
+                return report(static_cast<std::size_t>(std::max(q, d) - a->data),
+                              "reads at " + describe_pc(pc) + " shared memory its own cp.async at " + str(c.site) +
+                                  " has not written yet: wait for it (cp_async_wait) first");
+        }
     for (std::size_t i = first; i < std::min(first + n, a->bytes); ++i) {
         ShadowByte& b = a->shadow[i];
         if (!write) {
