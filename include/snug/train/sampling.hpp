@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "snug/core/error.hpp"
+#include "snug/core/memory.hpp"
 #include "snug/core/rng.hpp"
 #include "snug/data/tokenizer.hpp"
 #include "snug/train/data_source.hpp"
