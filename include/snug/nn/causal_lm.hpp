@@ -27,6 +27,9 @@
 //       static std::vector<snug::ModelField> fields(const BlockShape&);
 //   };
 //
+// The contract above is nn/family.hpp's CausalLMFamily: a family or block that
+// misses a member fails to compile with a sentence naming it.
+//
 // Tensors, in this order: embed_tokens.weight (Vp, C) [, embed_positions.weight
 // (maxT, C)], layers.<l>.<the block's>, norm.weight, [lm_head.weight (Vp, C)].
 // The padded rows of the vocabulary start at zero and stay there.
@@ -45,6 +48,7 @@
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
 #include "snug/nn/context.hpp"
+#include "snug/nn/family.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/lm_pass.hpp"
 #include "snug/nn/model_identity.hpp"
@@ -68,6 +72,8 @@ struct CausalLMConfig {
 
 template <class Family, class Act, DeviceTag D>
 class CausalLM {
+    static_assert(check_family<Family, Act, D>());
+
 public:
     using value_type = Act;
     using device_type = D;
