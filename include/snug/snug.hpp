@@ -26,6 +26,7 @@
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/checkpointed.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/gradient_check.hpp"
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/llama.hpp"
