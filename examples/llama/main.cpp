@@ -69,17 +69,10 @@ snug::LlamaConfig config_of(const Preset& p) {
     return snug::make_llama_config(p.vocab, p.seq, p.layers, p.channels, p.heads, p.hidden);
 }
 
-// A 12 GiB card at T, as --plan counts it: with what the CUDA context and page
-// granularity add (cuda_reservation) and cuBLASLt's workspace (32 MiB on
-// Hopper, the larger).
-constexpr std::size_t budget_12gib = std::size_t{12} << 30;
-snug::RunShape on_card(int T) {
-    snug::RunShape card;
-    card.seq = T;
-    card.device = snug::cuda_reservation;
-    card.backend_workspace = std::size_t{32} << 20;
-    return card;
-}
+// A 12 GiB card, as --plan counts it: what the CUDA context and page
+// granularity add, and cuBLASLt's workspace (snug::Card).
+using namespace snug::literals;
+constexpr snug::Card card_12gib = snug::card(12_GiB);
 
 // --plan: each precision, without and with full checkpointing.
 template <class Precision>
@@ -91,9 +84,7 @@ void plan_row(const snug::LlamaConfig& c, int B, int T, snug::Recompute mode) {
     shape.recompute.assign(static_cast<std::size_t>(c.n_layer), mode);
     const snug::MemoryPlan plan = snug::predict_training_memory<Model, Precision>(c, shape);
     using Cat = snug::MemoryCategory;
-    snug::RunShape card = on_card(T);
-    card.recompute = shape.recompute;
-    const int largest = snug::largest_micro_batch<Model, Precision>(c, card, budget_12gib);
+    const int largest = snug::largest_micro_batch<Model, Precision>(c, shape, card_12gib);
     std::printf("  %-5s %-5s  weights+master+grads %10s  optimizer %10s  activations %10s  total %10s  "
                 "largest micro-batch in 12 GiB %d\n",
                 Precision::name, snug::recompute_name(mode),
@@ -187,8 +178,10 @@ int main(int argc, char** argv) {
                 plan_row<precision::Fp16<DynamicLossScaler>>(c, B, T, mode);
             }
             // The fastest bf16 configuration for 64 sequences per update on the card.
+            snug::RunShape at_T;
+            at_T.seq = T;
             const snug::BudgetPlan fastest =
-                snug::plan_for_budget<Llama<snug::bfloat16, Dev>, precision::Bf16>(c, on_card(T), 64, budget_12gib);
+                snug::plan_for_budget<Llama<snug::bfloat16, Dev>, precision::Bf16>(c, at_T, 64, card_12gib);
             if (fastest.fits)
                 std::printf("  fastest bf16 plan for 64 sequences per update in 12 GiB: micro-batch %d x %d, "
                             "checkpoint %s, %s\n",

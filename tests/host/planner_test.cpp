@@ -358,6 +358,46 @@ TEST_CASE("what the device reserves: arena chunks whole, each allocation at the 
     CHECK(snug::largest_micro_batch(in, cuda.reserved) >= 2);
 }
 
+TEST_CASE("a card (snug::card(12_GiB)): its memory the budget, checked against what it reserves with cuBLASLt's workspace") {
+    using namespace snug::literals;
+    CHECK(12_GiB == std::size_t{12884901888});
+    CHECK(512_MiB + 4_KiB == std::size_t{536875008});
+    const snug::Card card = snug::card(12_GiB);
+    CHECK(card.memory == 12_GiB);
+    CHECK(card.workspace == 32_MiB);  // Hopper's, the larger of cuda::Blas's two
+    CHECK(card.reservation.context == 512_MiB);
+    CHECK(card.reservation.granularity == 2_MiB);
+
+    using Model = snug::GPT<float, snug::Meter>;
+    const GPTConfig c = shape(64, 16, 2, 2, 16);
+    snug::RunShape run;
+    run.seq = 16;
+    const snug::RunShape on_card = card.on(run);
+    CHECK(on_card.seq == 16);
+    CHECK(on_card.backend_workspace == 32_MiB);
+    REQUIRE(on_card.device.has_value());
+    // What the card needs is the tracker's bytes at 2 MiB pages, with the
+    // context and the workspace: more than the host plan, by at least those.
+    const snug::MemoryPlan host = snug::predict_training_memory<Model, snug::precision::Fp32>(c, run);
+    const snug::MemoryPlan dev = snug::predict_training_memory<Model, snug::precision::Fp32>(c, on_card);
+    CHECK(dev.required >= host.required + 512_MiB + 32_MiB);
+    CHECK(dev.required == dev.reserved);
+    // A card only a byte short of micro-batch 1 fits nothing; the host budget
+    // of the same size fits many.
+    const snug::Card short_card{dev.required - 1};
+    CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, run, short_card) == 0);
+    CHECK(snug::largest_micro_batch<Model, snug::precision::Fp32>(c, run, dev.required - 1) > 1);
+    const int on_card_fit = snug::largest_micro_batch<Model, snug::precision::Fp32>(c, run, snug::Card{dev.required});
+    CHECK(on_card_fit >= 1);
+    CHECK(on_card_fit < snug::largest_micro_batch<Model, snug::precision::Fp32>(c, run, dev.required));
+    const snug::BudgetPlan none = snug::plan_for_budget<Model, snug::precision::Fp32>(c, run, 4, short_card);
+    CHECK_FALSE(none.fits);
+    const snug::BudgetPlan fits = snug::plan_for_budget<Model, snug::precision::Fp32>(c, run, 4, card);
+    CHECK(fits.fits);
+    CHECK(fits.memory.required <= 12_GiB);
+    CHECK(fits.memory.reserved == fits.memory.required);  // judged as the card reserves
+}
+
 TEST_CASE("planning needs nothing of the model's size: GPT-2 XL in fp32 is 16 bytes a parameter, none of them real") {
     // 1.56 B parameters: 25 GB of weights, gradients and moments, more than
     // this machine has. The Meter run allocates none of it.

@@ -1,5 +1,6 @@
 // Byte counts as people write them: parse_bytes("12GiB") reads budgets and
-// flags, format_bytes(n) writes reports ("11.50 GiB").
+// flags, format_bytes(n) writes reports ("11.50 GiB"), and 12_GiB writes a
+// count in code (snug::literals).
 #pragma once
 
 #include <array>
@@ -151,5 +152,20 @@ inline std::string format_bytes(std::size_t bytes) {
     std::snprintf(text.data(), text.size(), "%.2f %s", value, units[u]);
     return text.data();
 }
+
+// Byte counts in code, as the flags write them: 12_GiB, 512_MiB, 4_KiB
+// (using namespace snug::literals). A count past SIZE_MAX does not compile
+// where the value is needed at compile time.
+namespace literals {
+namespace detail {
+consteval std::size_t scaled(unsigned long long n, int shift) {
+    if (n > (std::numeric_limits<std::size_t>::max() >> shift)) throw "byte count past SIZE_MAX";
+    return static_cast<std::size_t>(n) << shift;
+}
+}  // namespace detail
+consteval std::size_t operator""_KiB(unsigned long long n) { return detail::scaled(n, 10); }
+consteval std::size_t operator""_MiB(unsigned long long n) { return detail::scaled(n, 20); }
+consteval std::size_t operator""_GiB(unsigned long long n) { return detail::scaled(n, 30); }
+}  // namespace literals
 
 }  // namespace snug

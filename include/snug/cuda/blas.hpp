@@ -28,6 +28,7 @@
 #include "snug/cuda/check.hpp"
 #include "snug/cuda/device.hpp"
 #include "snug/cuda/launch_observer.hpp"
+#include "snug/cuda/limits.hpp"
 
 namespace snug::cuda {
 
@@ -152,7 +153,7 @@ public:
         check(cudaGetDevice(&device), loc);
         int major = 0;
         check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), loc);
-        return major == 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
+        return blas_workspace_bytes(major);
     }
 
     Blas(const Blas&) = delete;

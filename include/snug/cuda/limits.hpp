@@ -1,7 +1,8 @@
 // What every CUDA GPU snug targets allows a launch (compute capability 7.0 and
 // later, so Ampere, Ada and Hopper alike): block and grid sizes, and the
 // shared memory a kernel gets without opting in. The emulated device has the
-// same limits; launch() checks them before any launch.
+// same limits; launch() checks them before any launch. Plain C++: the
+// planner reads blas_workspace_bytes without CUDA.
 #pragma once
 
 #include <cstddef>
@@ -18,5 +19,12 @@ struct LaunchLimits {
     // 99 KiB on sm_86/89); also the limit of its static shared memory.
     static constexpr std::size_t default_shared_bytes = std::size_t{48} << 10;
 };
+
+// The workspace cuda::Blas gives cuBLASLt on a card of compute capability
+// `major`: 32 MiB on Hopper, as NVIDIA recommends there, 4 MiB before. A
+// memory plan for a card counts it (train/memory_plan.hpp's Card).
+constexpr std::size_t blas_workspace_bytes(int major) {
+    return major == 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
+}
 
 }  // namespace snug::cuda

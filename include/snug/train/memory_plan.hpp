@@ -22,6 +22,7 @@
 #include "snug/nn/gpt_config.hpp"
 #include "snug/ops/fused_attention.hpp"
 #include "snug/optim/state_storage.hpp"
+#include "snug/cuda/limits.hpp"
 #include "snug/precision/kind.hpp"
 #include "snug/precision/policies.hpp"
 
@@ -88,6 +89,29 @@ struct RunShape {
         return std::vector<Recompute>(static_cast<std::size_t>(blocks), Recompute::none);
     }
 };
+
+// A CUDA card of `memory` bytes as a plan counts it (what --plan counts on a
+// GPU): a budget of its whole memory, checked against what the device
+// reserves (cuda_reservation: the context, whole pages) with cuBLASLt's
+// workspace (Hopper's, the larger, unless set). Made by snug::card:
+//
+//   using namespace snug::literals;
+//   const snug::Card c = snug::card(12_GiB);
+//   int B = snug::largest_micro_batch<Model, Precision>(config, shape, c);
+struct Card {
+    std::size_t memory = 0;
+    std::size_t workspace = cuda::blas_workspace_bytes(9);
+    DeviceReservation reservation = cuda_reservation;
+
+    // `shape` as run on this card: its device and backend workspace set.
+    RunShape on(RunShape shape) const {
+        shape.device = reservation;
+        shape.backend_workspace = workspace;
+        return shape;
+    }
+};
+
+constexpr Card card(std::size_t memory) { return Card{memory}; }
 
 // A GPT's run: its shape, precision and the run's shape.
 struct MemoryPlanInput : RunShape {

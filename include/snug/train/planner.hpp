@@ -460,6 +460,17 @@ BudgetPlan plan_for_budget(const Config& config, const RunShape& base, int wante
                            [&](const RunShape& shape) { return predict_training_memory<Model, Precision>(config, shape); });
 }
 
+// The two searches above for a card (snug::card(12_GiB)): shape as run on
+// it, its memory the budget.
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+int largest_micro_batch(const Config& config, const RunShape& shape, const Card& card) {
+    return largest_micro_batch<Model, Precision>(config, card.on(shape), card.memory);
+}
+template <MeterableModel Model, PrecisionPolicy Precision, class Config>
+BudgetPlan plan_for_budget(const Config& config, const RunShape& base, int wanted_batch, const Card& card) {
+    return plan_for_budget<Model, Precision>(config, card.on(base), wanted_batch, card.memory);
+}
+
 // ---- the largest model -----------------------------------------------------------------
 
 // A shape family: the model of each depth.
