@@ -1,5 +1,6 @@
-// GatedResidual<Act, D>: a layer written outside snug, the way a user writes
-// one so that snug's policies can wrap it. Copy this file as the template for
+// GatedResidual<Act, D>: a block written outside snug, the way a user writes
+// one so that snug's policies can wrap it and snug::CausalLM can make a model
+// of it. Copy this file as the template for
 // your own layer; the pieces, top to bottom:
 //
 //   1. The math, once:  y = x + (x ⊙ s) ⊙ w   with   s = sigmoid(x ⊙ g),
@@ -11,13 +12,16 @@
 //      backend, which runs it on the CPU with its faults checked). The layer
 //      calls them unqualified with ctx.device first, so overloading on the tag
 //      picks the backend, as snug's own kernels are picked.
-//   3. The layer class, which models snug::Layer (static_assert below): its
-//      forward saves s in ctx.activations, its backward pops it. That contract
-//      is what lets snug::LayerStack checkpoint it (Recompute::full replays the
-//      forward; the arena's accounting lets the budget policy plan memory).
-//      It also offers set_selective(): in that mode it saves nothing and
-//      recomputes s from the input in backward — which makes it a
-//      snug::SelectiveLayer, so checkpoint::Selective and Budget can use it.
+//   3. The block class, which models snug::Layer: its forward saves s in
+//      ctx.activations, its backward pops it. That contract is what lets
+//      snug::LayerStack checkpoint it (Recompute::full replays the forward;
+//      the arena's accounting lets the budget policy plan memory). It also
+//      offers set_selective(): in that mode it saves nothing and recomputes s
+//      from the input in backward — which makes it a snug::SelectiveLayer, so
+//      checkpoint::Selective and Budget can use it. It declares its tensors
+//      into the model's registry and is bound to the model's buffers.
+//   4. The family: what snug::CausalLM needs to build the whole model around
+//      the blocks (static_assert below: snug::CausalLMFamily).
 //
 // Numerics: activations are Act (float, snug::bfloat16, snug::half), all math
 // is fp32, parameter gradients accumulate into fp32 buffers. s is rounded to
@@ -28,6 +32,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "snug/core/config.hpp"
 #include "snug/core/device.hpp"
@@ -35,8 +41,12 @@
 #include "snug/core/tensor.hpp"
 #include "snug/meter/device.hpp"
 #include "snug/nn/context.hpp"
+#include "snug/nn/family.hpp"
 #include "snug/nn/layer.hpp"
 #include "snug/nn/layer_stack.hpp"
+#include "snug/nn/model_identity.hpp"
+#include "snug/nn/parameters.hpp"
+#include "snug/nn/rmsnorm.hpp"
 
 #if defined(SNUG_CUDA_BACKEND)
 #include "snug/cuda/device.hpp"
@@ -213,20 +223,36 @@ void gated_residual_forward(const snug::Meter&, Args&&...) {}
 template <class... Args>
 void gated_residual_backward(const snug::Meter&, Args&&...) {}
 
-// ---- 3. The layer -----------------------------------------------------------
+// ---- 3. The block ------------------------------------------------------------
 
-//   Act: activation type (float, snug::bfloat16, snug::half)
-//   D:   device tag (snug::Host, snug::Cuda)
-// The parameters and their gradients live in the model's contiguous buffers;
-// the layer holds views of its slice.
+// What one block needs to be built: its width.
+struct GatedShape {
+    int channels = 0;  // C
+};
+
+//   Act: activation type (float, snug::bfloat16, snug::half; double for
+//        snug::check_gradients on the host)
+//   D:   device tag (snug::Host, snug::Cuda, snug::Meter)
+// Its two tensors, `<prefix>gate.weight` g (C, ones) and `<prefix>scale.weight`
+// w (C, small), are declared into the model's registry; bind() points the
+// block at them once the model has allocated its buffers.
 template <class Act, snug::DeviceTag D>
 class GatedResidual {
 public:
     using value_type = Act;  // what snug::Layer asks for
     using device_type = D;
 
-    GatedResidual(int C, const Act* g, const Act* w, float* dg, float* dw)  // each (C)
-        : C_(C), g_(g), w_(w), dg_(dg), dw_(dw) {}
+    GatedResidual(snug::ParameterRegistry& r, const std::string& prefix, const GatedShape& s)
+        : C_(s.channels),
+          g_at_(r.add(prefix + "gate.weight", snug::Shape{s.channels}, snug::Init::ones(), snug::Decay::no)),
+          w_at_(r.add(prefix + "scale.weight", snug::Shape{s.channels}, snug::Init::normal(0.1f), snug::Decay::no)) {}
+
+    void bind(snug::ParameterBinding<Act> b) {
+        g_ = b.params + g_at_;
+        w_ = b.params + w_at_;
+        dg_ = b.grads + g_at_;
+        dw_ = b.grads + w_at_;
+    }
 
     snug::Shape output_shape(const snug::Shape& in) const { return in; }
 
@@ -261,16 +287,40 @@ private:
     }
 
     int C_;
-    const Act* g_;
-    const Act* w_;
-    float* dg_;
-    float* dw_;
+    std::int64_t g_at_, w_at_;  // offsets in the model's buffers
+    const Act* g_ = nullptr;
+    const Act* w_ = nullptr;
+    float* dg_ = nullptr;
+    float* dw_ = nullptr;
     bool selective_ = false;
     Act* saved_ = nullptr;  // s, between forward and backward
 };
 
-// Fails to compile, naming the missing member, if the layer drifts from the contract.
-static_assert(snug::Layer<GatedResidual<float, snug::Host>>);
+// ---- 4. The family: the whole model around the blocks ------------------------
+
+// snug::CausalLM<TinyFamily, Act, D> is the model: token and learned position
+// embeddings, the GatedResidual blocks in a LayerStack (so every checkpoint
+// policy applies), a final RMSNorm, the head tied to the token embedding, the
+// loss. What CausalLM asks of a family is snug::CausalLMFamily
+// (snug/nn/family.hpp): miss a member and the compiler names it.
+struct TinyFamily {
+    using BlockShape = GatedShape;
+    template <class Act, snug::DeviceTag D>
+    using Block = GatedResidual<Act, D>;
+    template <class Act, snug::DeviceTag D>
+    using FinalNorm = snug::RMSNorm<Act, D>;
+    static int channels(const BlockShape& s) { return s.channels; }
+    static constexpr bool learned_positions = true;
+    static constexpr bool tied_head = true;
+    // For state files: a state resumes only into a model of this family and width.
+    static constexpr std::string_view name = "tiny-gated";
+    static std::vector<snug::ModelField> fields(const BlockShape& s) {
+        return {{"channels", static_cast<double>(s.channels)}};
+    }
+};
+
+// Fails to compile, naming the missing member, if the block drifts from the contract.
+static_assert(snug::CausalLMFamily<TinyFamily, float, snug::Host>);
 static_assert(snug::SelectiveLayer<GatedResidual<float, snug::Host>>);
 
 }  // namespace tiny

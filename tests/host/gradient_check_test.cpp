@@ -54,10 +54,10 @@ TEST_CASE("check_gradients passes LlamaBlock: every tensor compared, within 1e-4
     REQUIRE(g.tensors.size() == 6);
     CHECK(g.tensors[0].name == "layers.0.input_layernorm.weight");
     CHECK(g.tensors[5].name == "layers.0.mlp.down_proj.weight");
-    // rstd is fp32 on every backend (about 1e-7 relative) and the parameter
-    // gradients are fp32 buffers.
-    CHECK(g.input.error < 1e-5);
-    CHECK(g.worst().error < 1e-4);
+    // rstd is fp32 on every backend and the parameter gradients are fp32
+    // buffers: about 1e-7 relative.
+    CHECK(g.input.error < 1e-6);
+    CHECK(g.worst().error < 1e-6);
     CHECK(g.passes(1e-4));
 }
 
@@ -76,7 +76,7 @@ TEST_CASE("check_gradients names the tensor whose gradient is wrong", "[gradient
     CHECK(g.input.error < 1e-5);
     CHECK(g.worst().name == "layers.0.input_layernorm.weight");
     CHECK(g.worst().at == 1);
-    CHECK(g.worst().error > 5e-3);
+    CHECK(g.worst().error > 1e-3);  // 1% of an element a fifth of its tensor's largest
     CHECK_FALSE(g.passes(1e-4));
     CHECK(g.summary().find("layers.0.input_layernorm.weight") != std::string::npos);
 }

@@ -2,19 +2,23 @@
 // block (yours, say), in double on the host. It builds one block of `shape`,
 // draws its weights from the registry's initialisation plus noise (norm
 // weights start at one; the noise makes them count), and compares its
-// backward — the input's gradient and each parameter tensor's — with central
-// differences of the loss sum(forward(x) * G) for random x and G. It also
+// backward — the input's gradient and each parameter tensor's — with
+// five-point central differences of the loss sum(forward(x) * G) for random x
+// and G, each element's error relative to the largest gradient of its tensor.
+// It also
 // checks the block's arena contract: backward gives back everything forward
 // kept. snug's own blocks are held to the same check in tests/host.
 //
 //   const snug::GradientCheck g = snug::check_gradients<MyFamily>(shape);
 //   if (!g.passes(1e-4)) std::puts(g.summary().c_str());
 //
-// It costs two forwards per input element and per parameter: use a small
+// It costs four forwards per input element and per parameter: use a small
 // shape (C 8, a few heads, B 2, T 5). The block must compile with Act =
 // double on snug::Host (its host kernels templated on the element type).
-// Where a block computes in fp32 inside (as a kernel shared with the GPU
-// usually does), expect errors near 1e-6 rather than 1e-9.
+// A block computed in double throughout checks to about 1e-9; one that
+// computes in fp32 inside (as a kernel shared with the GPU usually does)
+// rounds its forward to about 1e-7, which the differences divide by h:
+// expect 1e-4 there (examples/custom_layer's block: 2e-4).
 #pragma once
 
 #include <algorithm>
@@ -41,15 +45,15 @@ struct GradientCheckOptions {
     int batch = 2;             // B
     int seq = 5;               // T
     std::uint64_t seed = 1;    // the weights, their noise, x and G
-    double step = 1e-5;        // central differences' h
+    double step = 1e-2;        // the differences' h (five-point: accurate to ~1e-9 at 1e-2 for a smooth block)
     double weight_noise = 0.2; // uniform in [-noise, noise], added to every initial weight
-    double floor = 1e-3;       // relative error = |got - want| / (|want| + floor)
+    double floor = 1e-6;       // error = |got - want| / max(floor, the tensor's largest |want|)
 };
 
 // One compared gradient: its largest relative error and where it is.
 struct GradientError {
     std::string name;    // "input" or the tensor's registry name
-    double error = 0.0;  // max over elements of |got - want| / (|want| + floor); inf for a NaN
+    double error = 0.0;  // max over elements of |got - want| / max(floor, max |want|); inf for a NaN
     std::int64_t at = 0; // the element with that error
     double got = 0.0, want = 0.0;
 };
@@ -86,12 +90,17 @@ struct GradientCheck {
 
 namespace detail {
 
+// Each element's error relative to the largest of the tensor's gradient (at
+// least `floor`): an element whose gradient is tiny beside its neighbours is
+// not held to digits the differences cannot give it.
 template <class G>
 GradientError gradient_error(std::string name, const G* got, const double* want, std::int64_t n, double floor) {
+    double scale = floor;
+    for (std::int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(want[i]));
     GradientError e{std::move(name)};
     for (std::int64_t i = 0; i < n; ++i) {
         const double g = static_cast<double>(got[i]);
-        double r = std::fabs(g - want[i]) / (std::fabs(want[i]) + floor);
+        double r = std::fabs(g - want[i]) / scale;
         if (std::isnan(r)) r = std::numeric_limits<double>::infinity();
         if (i == 0 || r > e.error) e = {e.name, r, i, g, want[i]};
     }
@@ -145,16 +154,21 @@ GradientCheck check_gradients(const typename Family::BlockShape& shape, const Gr
         for (std::size_t i = 0; i < n; ++i) l += out[i] * G[i];
         return l;
     };
+    // Five-point central differences: truncation error O(h^4), so a step
+    // large enough to rise above a block's fp32 rounding is still accurate.
     auto differences = [&](std::vector<double>& v) {
         std::vector<double> d(v.size());
+        const double h = o.step;
+        auto at = [&](std::size_t i, double value) {
+            v[i] = value;
+            return loss();
+        };
         for (std::size_t i = 0; i < v.size(); ++i) {
             const double keep = v[i];
-            v[i] = keep + o.step;
-            const double plus = loss();
-            v[i] = keep - o.step;
-            const double minus = loss();
+            const double f2 = at(i, keep + 2 * h), f1 = at(i, keep + h);
+            const double m1 = at(i, keep - h), m2 = at(i, keep - 2 * h);
             v[i] = keep;
-            d[i] = (plus - minus) / (2 * o.step);
+            d[i] = (8 * (f1 - m1) - (f2 - m2)) / (12 * h);
         }
         return d;
     };
