@@ -1,7 +1,9 @@
 // The GPT engine's run loops declared `extern template`: a program that
 // includes this header before the engine's other headers calls them without
-// instantiating them, and links one translation unit that includes
-// engine_instances.hpp, where they are instantiated.
+// instantiating them, and links one translation unit that defines
+// SNUG_ENGINE_INSTANTIATE before including it, where the same list is
+// instantiated (examples/gpt_engine.cpp). One list serves both, so the two
+// sides cannot drift apart.
 //
 // Why: run.hpp's run_training<Dev> and run_evaluation<Dev>, the ladder's
 // rungs and the planner's Meter runs instantiate the whole engine (the GPT
@@ -18,38 +20,47 @@
 #include "snug/train/planner.hpp"
 #include "snug/train/run.hpp"
 
+// `extern template` here, `template` in the translation unit that instantiates.
+#if defined(SNUG_ENGINE_INSTANTIATE)
+#define SNUG_ENGINE_EXTERN
+#else
+#define SNUG_ENGINE_EXTERN extern
+#endif
+
 namespace snug {
 
-extern template RunResult run_training<Host>(const TrainOptions&, const TrainData&, const ModelSource&,
+SNUG_ENGINE_EXTERN template RunResult run_training<Host>(const TrainOptions&, const TrainData&, const ModelSource&,
                                              const DeviceInfo&, Report&, const data::Tokenizer*, dist::Ranks&,
                                              dist::Communicator<Host>*);
-extern template int run_evaluation<Host>(const TrainOptions&, const TrainData&, const ModelSource&, Report&,
+SNUG_ENGINE_EXTERN template int run_evaluation<Host>(const TrainOptions&, const TrainData&, const ModelSource&, Report&,
                                          const data::Tokenizer*);
 // The memory planner's measured runs on snug::Meter, one per precision
 // (planner.hpp: --plan, --checkpoint auto, the ladder's predictions).
-extern template MemoryPlan predict_training_memory<GPT<float, Meter>, precision::Fp32, GPTConfig>(const GPTConfig&,
+SNUG_ENGINE_EXTERN template MemoryPlan predict_training_memory<GPT<float, Meter>, precision::Fp32, GPTConfig>(const GPTConfig&,
                                                                                                   const RunShape&);
-extern template MemoryPlan predict_training_memory<GPT<bfloat16, Meter>, precision::Bf16, GPTConfig>(const GPTConfig&,
+SNUG_ENGINE_EXTERN template MemoryPlan predict_training_memory<GPT<bfloat16, Meter>, precision::Bf16, GPTConfig>(const GPTConfig&,
                                                                                                      const RunShape&);
-extern template MemoryPlan predict_training_memory<GPT<half, Meter>, precision::Fp16<DynamicLossScaler>, GPTConfig>(
+SNUG_ENGINE_EXTERN template MemoryPlan predict_training_memory<GPT<half, Meter>, precision::Fp16<DynamicLossScaler>, GPTConfig>(
     const GPTConfig&, const RunShape&);
-extern template std::size_t metered_activation_peak<GPT<float, Meter>, GPTConfig>(const GPTConfig&, int, int,
+SNUG_ENGINE_EXTERN template std::size_t metered_activation_peak<GPT<float, Meter>, GPTConfig>(const GPTConfig&, int, int,
                                                                                   std::span<const Recompute>);
-extern template std::size_t metered_activation_peak<GPT<bfloat16, Meter>, GPTConfig>(const GPTConfig&, int, int,
+SNUG_ENGINE_EXTERN template std::size_t metered_activation_peak<GPT<bfloat16, Meter>, GPTConfig>(const GPTConfig&, int, int,
                                                                                      std::span<const Recompute>);
-extern template std::size_t metered_activation_peak<GPT<half, Meter>, GPTConfig>(const GPTConfig&, int, int,
+SNUG_ENGINE_EXTERN template std::size_t metered_activation_peak<GPT<half, Meter>, GPTConfig>(const GPTConfig&, int, int,
                                                                                  std::span<const Recompute>);
 // The ladder's rungs (ladder.hpp), which train through run_training.
-extern template std::vector<LadderRung> run_ladder<Host>(const TrainOptions&, const LadderOptions&, const DeviceInfo&,
+SNUG_ENGINE_EXTERN template std::vector<LadderRung> run_ladder<Host>(const TrainOptions&, const LadderOptions&, const DeviceInfo&,
                                                          const PlanTarget&, std::optional<std::size_t>, Report&);
 #if defined(SNUG_CUDA_BACKEND)
-extern template RunResult run_training<Cuda>(const TrainOptions&, const TrainData&, const ModelSource&,
+SNUG_ENGINE_EXTERN template RunResult run_training<Cuda>(const TrainOptions&, const TrainData&, const ModelSource&,
                                              const DeviceInfo&, Report&, const data::Tokenizer*, dist::Ranks&,
                                              dist::Communicator<Cuda>*);
-extern template int run_evaluation<Cuda>(const TrainOptions&, const TrainData&, const ModelSource&, Report&,
+SNUG_ENGINE_EXTERN template int run_evaluation<Cuda>(const TrainOptions&, const TrainData&, const ModelSource&, Report&,
                                          const data::Tokenizer*);
-extern template std::vector<LadderRung> run_ladder<Cuda>(const TrainOptions&, const LadderOptions&, const DeviceInfo&,
+SNUG_ENGINE_EXTERN template std::vector<LadderRung> run_ladder<Cuda>(const TrainOptions&, const LadderOptions&, const DeviceInfo&,
                                                          const PlanTarget&, std::optional<std::size_t>, Report&);
 #endif
 
 }  // namespace snug
+
+#undef SNUG_ENGINE_EXTERN
