@@ -115,12 +115,7 @@ void gemm(Op op_a, Op op_b, std::int64_t M, std::int64_t N, std::int64_t K, floa
           const T* B, std::int64_t ldb,  // (K, N), or (N, K) when op_b == Op::T
           float beta, TC* C, std::int64_t ldc,  // (M, N)
           std::source_location loc = std::source_location::current()) {
-    detail::check_gemm("gemm", op_a, op_b, M, N, K, A, lda, B, ldb, C, ldc, loc);
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0f) {
-        detail::gemm_scale_c(M, N, beta, C, ldc);
-        return;
-    }
+    if (detail::gemm_needs_no_product("gemm", op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, loc)) return;
 #if defined(SNUG_HAVE_CBLAS)
     if (gemm_uses_cblas() && detail::gemm_fits_cblas({M, N, K, lda, ldb, ldc})) {
         detail::gemm_cblas_run(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

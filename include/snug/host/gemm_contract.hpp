@@ -84,5 +84,21 @@ void gemm_scale_c(gemm_index M, gemm_index N, float beta, TC* C, gemm_index ldc)
     }
 }
 
+// What both GEMMs do before a product: the argument checks, then the cases
+// that need none. Returns true when C is already the answer (M or N is zero;
+// K is zero or alpha is: C = beta C), false when the product must be computed.
+template <class TC>
+bool gemm_needs_no_product(const char* name, Op op_a, Op op_b, gemm_index M, gemm_index N, gemm_index K,
+                           float alpha, const void* A, gemm_index lda, const void* B, gemm_index ldb, float beta,
+                           TC* C, gemm_index ldc, const std::source_location& loc) {
+    check_gemm(name, op_a, op_b, M, N, K, A, lda, B, ldb, C, ldc, loc);
+    if (M == 0 || N == 0) return true;
+    if (K == 0 || alpha == 0.0f) {
+        gemm_scale_c(M, N, beta, C, ldc);
+        return true;
+    }
+    return false;
+}
+
 }  // namespace detail
 }  // namespace snug::host
