@@ -40,21 +40,21 @@ const std::vector<Finding>& findings() {
          "found by fuzz_tokenizer: a 1 KiB file whose header promised 2^24 tokens reserved 128 MiB of offsets "
          "before reading any token"},
         // ---- safetensors (io/safetensors.hpp) ----
-        {"safetensors", "dimension_1e300", {"tensor 'empty'", "dimension 1e+300", "not an integer >= 0"},
+        {"safetensors", "dimension_1e300", {"tensor 'empty'", "'shape[1]' is 1e+300", "not an integer >= 0"},
          "found by fuzz_safetensors: a shape of floats went through get<vector<int64>>, whose conversion of 1e300 "
          "is undefined behaviour"},
-        {"safetensors", "data_offsets_minus_1e300", {"tensor 'bf32'", "data_offsets end -1e+300"},
+        {"safetensors", "data_offsets_minus_1e300", {"tensor 'bf32'", "'data_offsets[1]' is -1e+300"},
          "found by fuzz_safetensors: data_offsets of floats, the same undefined conversion to uint64"},
         {"safetensors", "element_count_overflows", {"tensor 'empty'", "(9223372036854775807, 3)", "64-bit count"},
          "found by fuzz_safetensors: the element count of a huge shape overflowed int64 (undefined behaviour)"},
-        {"safetensors", "dimension_int64_min", {"tensor 'bf16'", "dimension -9223372036854775808"},
+        {"safetensors", "dimension_int64_min", {"tensor 'bf16'", "'shape[0]' is -9223372036854775808"},
          "found by fuzz_safetensors: a negative dimension times the element size overflowed int64"},
         {"safetensors", "byte_count_wraps_to_zero", {"tensor 't'", "(2305843009213693952)", "64-bit count"},
          "by reading the code: an F64 shape of 2^61 elements has 2^64 bytes, which wrapped to 0 and matched an "
          "empty byte range; values() then asked for 2^61 floats (std::length_error escaped)"},
-        {"safetensors", "negative_shape", {"tensor 't'", "dimension -1"},
+        {"safetensors", "negative_shape", {"tensor 't'", "'shape[0]' is -1,"},
          "by reading the code: shape (-1, -1) has 'numel' 1 and loaded with 4 bytes"},
-        {"safetensors", "fractional_dimension", {"tensor 't'", "dimension 1.5"},
+        {"safetensors", "fractional_dimension", {"tensor 't'", "'shape[0]' is 1.5"},
          "by reading the code: shape [1.5] was read as [1] and loaded"},
         {"safetensors", "overlapping_tensors", {"tensors 'a'", "'b'", "overlap"},
          "by reading the code: two tensors on the same bytes loaded (the format forbids it)"},
@@ -67,7 +67,7 @@ const std::vector<Finding>& findings() {
          "found by fuzz_hf_import: n_embd 2^31 - 1 overflowed int64 in the parameter layout (12 C^2)"},
         {"hf_import", "vocab_size_int_max", {"vocab_size 2147483647", "holds only 348 values"},
          "found by fuzz_hf_import: GPTConfig::pad_vocab(2^31 - 1) overflowed int"},
-        {"hf_import", "weights_dimension_minus_1e300", {"model.safetensors", "dimension -1e+300"},
+        {"hf_import", "weights_dimension_minus_1e300", {"model.safetensors", "'shape[0]' is -1e+300"},
          "found by fuzz_hf_import: the safetensors float-shape conversion, reached through a directory"},
         {"hf_import", "n_layer_1e8", {"n_layer 100000000", "holds only 300 values", "do not match"},
          "by reading the code: a config.json with n_layer 1e8 built 1.2e9 tensor names and asked for 2.4e10 "

@@ -35,6 +35,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/io/file.hpp"
+#include "snug/io/json_fields.hpp"
 #include "snug/io/safetensors.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/gpt_parameters.hpp"
@@ -166,48 +167,29 @@ inline void export_hf_gpt2(const std::filesystem::path& dir, const GPTConfig& co
 inline HFModel import_hf_gpt2(const std::filesystem::path& dir, int padded_vocab = 0) {
     const std::string config_name = (dir / hf_config_file).string();
     const std::vector<unsigned char> text = read_file(dir / hf_config_file);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text.begin(), text.end());
-    } catch (const nlohmann::json::exception& e) {
-        throw FileError(config_name + ": malformed JSON: " + e.what());
-    }
-    if (!j.is_object()) throw FileError(config_name + ": not a JSON object");
+    const nlohmann::json j = parse_json_object(config_name, text.begin(), text.end());
+    const JsonFields F(config_name);
     auto fail = [&](const std::string& what) { throw FileError(config_name + ": " + what); };
-    // A dimension: an integer in [1, 2^31 - 1] (snug's GPTConfig holds int).
-    auto get_int = [&](const char* key) {
-        const auto it = j.find(key);
-        if (it == j.end()) fail(std::string("missing integer field '") + key + "'");
-        if (!it->is_number_integer())
-            fail(std::string("field '") + key + "' is " + detail::json_excerpt(*it) + ", not an integer");
-        const bool in_range = it->is_number_unsigned()
-                                  ? it->get<std::uint64_t>() >= 1 && it->get<std::uint64_t>() <= INT_MAX
-                                  : it->get<std::int64_t>() >= 1 && it->get<std::int64_t>() <= INT_MAX;
-        if (!in_range)
-            fail(std::string("field '") + key + "' is " + detail::json_excerpt(*it) + ", not an integer in [1, " +
-                 std::to_string(INT_MAX) + "]");
-        return static_cast<int>(it->get<std::int64_t>());
-    };
     if (j.contains("model_type") && j["model_type"] != "gpt2")
-        fail("model_type is " + detail::json_excerpt(j["model_type"]) + ", expected \"gpt2\"");
+        fail("model_type is " + json_excerpt(j["model_type"]) + ", expected \"gpt2\"");
     HFModel m;
-    GPTConfig& c = m.config;
-    c.vocab_size = get_int("vocab_size");
-    c.max_seq_len = get_int("n_positions");
-    c.channels = get_int("n_embd");
-    c.n_layer = get_int("n_layer");
-    c.n_head = get_int("n_head");
+    GPTConfig& c = m.config;  // dimensions: integers in [1, 2^31 - 1] (GPTConfig holds int)
+    c.vocab_size = F.i32(j, "vocab_size", "", 1);
+    c.max_seq_len = F.i32(j, "n_positions", "", 1);
+    c.channels = F.i32(j, "n_embd", "", 1);
+    c.n_layer = F.i32(j, "n_layer", "", 1);
+    c.n_head = F.i32(j, "n_head", "", 1);
     const std::int64_t inner = 4 * std::int64_t{c.channels};
     if (j.contains("n_inner") && !j["n_inner"].is_null() && j["n_inner"] != inner)
-        fail("n_inner is " + detail::json_excerpt(j["n_inner"]) + "; snug's MLP has 4 n_embd = " +
+        fail("n_inner is " + json_excerpt(j["n_inner"]) + "; snug's MLP has 4 n_embd = " +
              std::to_string(inner));
     if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
         j["activation_function"] != "gelu_pytorch_tanh")
-        fail("activation_function is " + detail::json_excerpt(j["activation_function"]) +
+        fail("activation_function is " + json_excerpt(j["activation_function"]) +
              "; snug's GELU is the tanh approximation (\"gelu_new\")");
     if (j.contains("layer_norm_epsilon") &&
         (!j["layer_norm_epsilon"].is_number() || std::abs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
-        fail("layer_norm_epsilon is " + detail::json_excerpt(j["layer_norm_epsilon"]) + "; snug's LayerNorm uses 1e-5");
+        fail("layer_norm_epsilon is " + json_excerpt(j["layer_norm_epsilon"]) + "; snug's LayerNorm uses 1e-5");
     if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == false)
         fail("tie_word_embeddings is false; snug's output head is tied to wte");
     if (j.contains("scale_attn_weights") && j["scale_attn_weights"] == false)

@@ -15,10 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "snug/io/json_fields.hpp"
+
 #include "snug/core/dtype.hpp"
 #include "snug/core/error.hpp"
 #include "snug/core/half.hpp"
 #include "snug/io/file.hpp"
+#include "snug/io/json_fields.hpp"
 
 namespace snug::io {
 
@@ -55,17 +58,6 @@ inline DType safetensors_dtype(const std::string& name, const std::string& file,
     throw FileError(file + ": tensor '" + tensor + "' has dtype " + name + ", which snug does not read");
 }
 
-// A JSON value for an error message: its text, cut after `limit` characters.
-inline std::string json_excerpt(const nlohmann::json& v, std::size_t limit = 80) {
-    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    if (s.size() > limit) s = s.substr(0, limit) + "... (" + std::to_string(s.size()) + " characters)";
-    return s;
-}
-
-[[noreturn]] inline void safetensors_fail(const std::string& file, const std::string& tensor, const std::string& what) {
-    throw FileError(file + ": tensor '" + tensor + "' " + what);
-}
-
 inline const char* safetensors_dtype_name(DType t) {
     switch (t) {
         case DType::f32: return "F32";
@@ -98,13 +90,8 @@ public:
         if (header_len > data.size() - 8)
             throw FileError(path_ + ": header length " + std::to_string(header_len) + " runs past the end of the " +
                             std::to_string(data.size()) + "-byte file (truncated?)");
-        nlohmann::json header;
-        try {
-            header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-        } catch (const nlohmann::json::exception& e) {
-            throw FileError(path_ + ": malformed safetensors header: " + e.what());
-        }
-        if (!header.is_object()) throw FileError(path_ + ": safetensors header is not a JSON object");
+        const nlohmann::json header = parse_json_object(
+            path_, data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len), "safetensors header");
         const std::size_t base = 8 + static_cast<std::size_t>(header_len);
         const std::size_t data_len = data.size() - base;
         struct Range {
@@ -125,34 +112,18 @@ public:
                 }
                 continue;
             }
-            auto fail = [&](const std::string& what) { detail::safetensors_fail(path_, name, what); };
-            if (!entry.is_object())
-                fail("has a malformed entry: " + std::string(entry.type_name()) + ", not an object");
-            auto field = [&](const char* key) -> const nlohmann::json& {
-                const auto it = entry.find(key);
-                if (it == entry.end()) detail::safetensors_fail(path_, name, std::string("has no '") + key + "'");
-                return *it;
-            };
-            // An integer >= 0 (JSON may spell it as unsigned or as signed).
-            auto count = [&](const nlohmann::json& v, const std::string& what) -> std::uint64_t {
-                if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-                if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
-                    return static_cast<std::uint64_t>(v.get<std::int64_t>());
-                detail::safetensors_fail(path_, name,
-                                         "has " + what + " " + detail::json_excerpt(v) + ", not an integer >= 0");
-            };
+            auto fail = [&](const std::string& what) { throw FileError(path_ + ": tensor '" + name + "' " + what); };
+            const JsonFields F(path_, "tensor '" + name + "' field");
+            if (!entry.is_object()) fail("has a malformed entry: " + json_excerpt(entry) + ", not an object");
             SafeTensor t;
-            const nlohmann::json& dtype = field("dtype");
-            if (!dtype.is_string()) fail("has dtype " + detail::json_excerpt(dtype) + ", not a string");
-            t.dtype = detail::safetensors_dtype(dtype.get<std::string>(), path_, name);
-            const nlohmann::json& shape = field("shape");
-            if (!shape.is_array()) fail("has shape " + detail::json_excerpt(shape) + ", not an array");
+            t.dtype = detail::safetensors_dtype(F.string(entry, "dtype"), path_, name);
+            const nlohmann::json& shape = F.array(entry, "shape");
             // The element count and byte count, computed without overflow: a
             // product past 2^64 is an error unless a dimension is 0.
             std::uint64_t numel = 1;
             bool overflow = false, empty = false;
-            for (const nlohmann::json& d : shape) {
-                const std::uint64_t n = count(d, "a dimension");
+            for (std::size_t i = 0; i < shape.size(); ++i) {
+                const std::uint64_t n = F.as_u64(shape[i], "shape[" + std::to_string(i) + "]");
                 if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
                     fail("has dimension " + std::to_string(n) + ", more than a 64-bit signed count holds");
                 t.shape.push_back(static_cast<std::int64_t>(n));
@@ -167,11 +138,10 @@ public:
             }
             if (overflow || numel > std::numeric_limits<std::uint64_t>::max() / elem)
                 fail("of shape " + t.shape_str() + " has more bytes than a 64-bit count holds");
-            const nlohmann::json& offsets = field("data_offsets");
-            if (!offsets.is_array() || offsets.size() != 2)
-                fail("has data_offsets " + detail::json_excerpt(offsets) + ", not a pair [begin, end]");
-            const std::uint64_t begin = count(offsets[0], "data_offsets begin");
-            const std::uint64_t end = count(offsets[1], "data_offsets end");
+            const nlohmann::json& offsets = F.array(entry, "data_offsets");
+            if (offsets.size() != 2) fail("has data_offsets " + json_excerpt(offsets) + ", not a pair [begin, end]");
+            const std::uint64_t begin = F.as_u64(offsets[0], "data_offsets[0]");
+            const std::uint64_t end = F.as_u64(offsets[1], "data_offsets[1]");
             if (begin > end || end > data_len)
                 fail("has byte range [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
                      std::to_string(data_len) + " bytes of data (truncated?)");

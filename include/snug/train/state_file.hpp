@@ -156,6 +156,7 @@
 #include "snug/core/error.hpp"
 #include "snug/io/crc32.hpp"
 #include "snug/io/file.hpp"
+#include "snug/io/json_fields.hpp"
 #include "snug/nn/gpt_config.hpp"
 #include "snug/nn/model_identity.hpp"
 #include "snug/ops/kernels.hpp"
@@ -424,78 +425,13 @@ inline std::string double_text(double v) {
     return ec == std::errc{} ? std::string(buf, end) : std::string("?");
 }
 
-// Typed access to the JSON header; a missing or ill-typed field throws
-// FileError naming the file and the field's path.
-class Fields {
-public:
-    explicit Fields(std::string file) : file_(std::move(file)) {}
-
-    [[noreturn]] void fail(const std::string& field, const std::string& why) const {
-        throw FileError(file_ + ": header field '" + field + "' " + why);
-    }
-    const nlohmann::json& at(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const auto it = obj.find(key);
-        if (it == obj.end()) fail(where + key, "is missing");
-        return *it;
-    }
-    const nlohmann::json& object(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const nlohmann::json& v = at(obj, key, where);
-        if (!v.is_object()) fail(where + key, "is not an object");
-        return v;
-    }
-    std::string string(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const nlohmann::json& v = at(obj, key, where);
-        if (!v.is_string()) fail(where + key, "is not a string");
-        return v.get<std::string>();
-    }
-    double number(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const nlohmann::json& v = at(obj, key, where);
-        if (!v.is_number()) fail(where + key, "is not a number");
-        return v.get<double>();
-    }
-    float float32(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const double v = number(obj, key, where);
-        if (std::abs(v) > static_cast<double>(std::numeric_limits<float>::max()))
-            fail(where + key, "is " + double_text(v) + ", outside the range of a 32-bit float");
-        return static_cast<float>(v);
-    }
-    std::uint64_t u64(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const nlohmann::json& v = at(obj, key, where);
-        if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-        if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(v.get<std::int64_t>());
-        fail(where + key, "is not an integer >= 0");
-    }
-    // An integer in [lo, hi] (0 <= hi).
-    std::int64_t i64(const nlohmann::json& obj, const char* key, const std::string& where, std::int64_t lo,
-                     std::int64_t hi) const {
-        const nlohmann::json& v = at(obj, key, where);
-        bool in = false;
-        std::int64_t out = 0;
-        if (v.is_number_unsigned()) {
-            const auto u = v.get<std::uint64_t>();
-            in = u <= static_cast<std::uint64_t>(hi);
-            if (in) out = static_cast<std::int64_t>(u);
-            in = in && out >= lo;
-        } else if (v.is_number_integer()) {
-            out = v.get<std::int64_t>();
-            in = out >= lo && out <= hi;
-        }
-        if (!in) fail(where + key, "is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-        return out;
-    }
-    int i32(const nlohmann::json& obj, const char* key, const std::string& where, int lo = 0) const {
-        return static_cast<int>(i64(obj, key, where, lo, INT_MAX));
-    }
-    DType dtype(const nlohmann::json& obj, const char* key, const std::string& where) const {
-        const std::string s = string(obj, key, where);
-        for (DType t : all_dtypes)
-            if (s == dtype_name(t)) return t;
-        fail(where + key, "names an unknown dtype '" + s + "'");
-    }
-
-private:
-    std::string file_;
-};
+// A dtype named in the header (dtype_name's spelling).
+inline DType header_dtype(const io::JsonFields& F, const nlohmann::json& obj, const char* key, const std::string& where) {
+    const std::string s = F.string(obj, key, where);
+    for (DType t : all_dtypes)
+        if (s == dtype_name(t)) return t;
+    F.fail(where + key, "names an unknown dtype '" + s + "'");
+}
 
 inline TrainingStateInfo read_info(io::FileReader& f) {
     const std::string& file = f.name();
@@ -535,18 +471,12 @@ inline TrainingStateInfo read_info(io::FileReader& f) {
     if (io::Crc32::of(text.data(), text.size()) != header_crc)
         throw FileError(file + ": checksum mismatch in the JSON header (stored " + hex32(header_crc) + ", computed " +
                         hex32(io::Crc32::of(text.data(), text.size())) + "): the file is corrupt");
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw FileError(file + ": malformed JSON header: " + e.what());
-    }
-    if (!j.is_object()) throw FileError(file + ": the JSON header is not an object");
-    const Fields F(file);
+    const nlohmann::json j = io::parse_json_object(file, text.begin(), text.end(), "header");
+    const io::JsonFields F(file, "header field");
 
     const nlohmann::json& m = F.object(j, "model", "");
     info.num_parameters = F.i64(m, "num_parameters", "model.", 0, std::numeric_limits<std::int64_t>::max() / 8);
-    info.dtype = F.dtype(m, "dtype", "model.");
+    info.dtype = header_dtype(F, m, "dtype", "model.");
     info.precision = F.string(m, "precision", "model.");
     if (m.contains("gpt")) {
         const nlohmann::json& g = F.object(m, "gpt", "model.");
@@ -565,11 +495,10 @@ inline TrainingStateInfo read_info(io::FileReader& f) {
         const nlohmann::json& c = F.object(m, "config", "model.");
         for (const auto& [name, value] : c.items())
             id.config.push_back({name, F.number(c, name.c_str(), "model.config.")});
-        const nlohmann::json& ts = F.at(m, "tensors", "model.");
-        if (!ts.is_array()) F.fail("model.tensors", "is not an array");
+        const nlohmann::json& ts = F.array(m, "tensors", "model.");
         for (std::size_t i = 0; i < ts.size(); ++i) {
             const std::string where = "model.tensors[" + std::to_string(i) + "]";
-            if (!ts[i].is_object()) F.fail(where, "is not an object");
+            F.as_object(ts[i], where);
             ModelTensor t;
             t.name = F.string(ts[i], "name", where + ".");
             const nlohmann::json& shape = F.at(ts[i], "shape", where + ".");
@@ -642,16 +571,15 @@ inline TrainingStateInfo read_info(io::FileReader& f) {
     info.progress.run_config = F.string(p, "run_config", "progress.");
 
     // The section table: records back to back from data_offset, ending at file_bytes.
-    const nlohmann::json& secs = F.at(j, "sections", "");
-    if (!secs.is_array()) F.fail("sections", "is not an array");
+    const nlohmann::json& secs = F.array(j, "sections");
     const std::uint64_t data_offset = round_up(fixed_bytes + header_bytes, alignment);
     std::uint64_t at = data_offset;
     for (std::size_t i = 0; i < secs.size(); ++i) {
         const std::string where = "sections[" + std::to_string(i) + "].";
-        if (!secs[i].is_object()) F.fail("sections[" + std::to_string(i) + "]", "is not an object");
+        F.as_object(secs[i], "sections[" + std::to_string(i) + "]");
         StateSection sec;
         sec.name = F.string(secs[i], "name", where);
-        sec.dtype = F.dtype(secs[i], "dtype", where);
+        sec.dtype = header_dtype(F, secs[i], "dtype", where);
         sec.count = F.i64(secs[i], "count", where, 0, std::numeric_limits<std::int64_t>::max() / 8);
         sec.offset = data_offset + F.u64(secs[i], "offset", where);
         sec.bytes = F.u64(secs[i], "bytes", where);
