@@ -58,7 +58,7 @@ template <class Act>
 using TinyLM = snug::CausalLM<TinyFamily, Act, Dev>;
 
 // V 64 (no padding), T at most 16, 4 blocks of width 32.
-constexpr snug::CausalLMConfig<GatedShape> config{
+constexpr snug::CausalLMConfig<TinyFamily> config{
     .vocab_size = 64, .padded_vocab_size = 64, .max_seq_len = 16, .n_layer = 4, .block = {32}, .classifier_chunk = 0};
 
 // ---- the driver -------------------------------------------------------------

@@ -228,7 +228,7 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     const snug::data::Tokenizer* decoder = tokenizer ? &*tokenizer : nullptr;
 
     report->device(device);
-    report->model(config, o.run.seq, source.description);
+    report->model(snug::model_summary(config), o.run.seq, source.description);
     report->data(data);
     if (eval_only)
         return snug::visit_device(

@@ -281,3 +281,41 @@ TEST_CASE("A Llama's final norm takes the blocks' epsilon, not RMSNorm's default
     const float loss2 = plain.evaluate(run2.ctx, task.tokens.data(), task.targets.data(), 2, 16);
     CHECK(std::abs(loss2 - std::log(static_cast<float>(c.vocab_size))) > 1e-3f);
 }
+
+TEST_CASE("A Llama planned with the precision named at run time: the measured peak of the real step", "[causal_lm]") {
+    const LlamaConfig c = tiny();
+    snug::PlanInput<LlamaConfig> in;
+    in.model = c;
+    in.precision = snug::PrecisionKind::fp32;
+    in.micro_batch = 3;
+    in.seq = 16;
+    in.recompute.assign(static_cast<std::size_t>(c.n_layer), Recompute::full);
+    const snug::MemoryPlan plan = snug::predict_memory(in);
+    // The real fp32 update under full checkpointing (one_step_peak adds no
+    // evaluation, and neither does a plan without a sampling window: the
+    // evaluation pass of the plan is the training forward's subset).
+    CHECK(plan.total == one_step_peak(c, 3, 16, std::size_t{1} << 30, snug::checkpoint::Full{}, 4));
+    // The searches take it too: the largest micro-batch for that total is 3.
+    CHECK(snug::largest_micro_batch(in, plan.total) == 3);
+    CHECK(snug::largest_micro_batch(in, plan.total - 1) == 2);
+    // and a Llama's blocks are not offered selective recomputation.
+    for (const auto& k : snug::checkpoint_candidates(c, snug::PrecisionKind::bf16, 1, 16)) CHECK(k.name != "selective");
+}
+
+TEST_CASE("A Llama's summary counts its parameters and model FLOPs from its shape", "[causal_lm]") {
+    const LlamaConfig c = tiny();
+    const snug::ModelSummary s = snug::model_summary(c);
+    const std::int64_t C = c.block.channels, H = c.block.hidden, V = c.vocab_size, Vp = c.padded_vocab_size;
+    // Two norms, qkv, o, gate+up, down.
+    const std::int64_t block = 2 * C + 3 * C * C + C * C + 2 * H * C + H * C;
+    CHECK(s.family == "llama");
+    CHECK(s.layers == c.n_layer);
+    CHECK(s.heads == c.block.heads);
+    CHECK(s.channels == C);
+    CHECK(s.block_parameters == block);
+    // Embedding and untied head (Vp rows each), the blocks, the final norm.
+    CHECK(s.parameters == 2 * Vp * C + c.n_layer * block + C);
+    const double T = 16;
+    CHECK(s.flops_per_token(16) ==
+          6.0 * (static_cast<double>(V) * C + static_cast<double>(c.n_layer) * block + C) + 12.0 * c.n_layer * C * T);
+}

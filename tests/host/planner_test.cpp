@@ -166,8 +166,8 @@ void check_every_policy(const GPTConfig& c, int B, int T, int n, int window) {
     // A budget between what full checkpointing and keeping everything need.
     constexpr PrecisionKind p = snug::precision_kind<Precision>();
     const auto L = static_cast<std::size_t>(c.n_layer);
-    const std::size_t keep_all = snug::gpt_activation_peak(c, p, B, T, std::vector<Recompute>(L, Recompute::none));
-    const std::size_t full = snug::gpt_activation_peak(c, p, B, T, std::vector<Recompute>(L, Recompute::full));
+    const std::size_t keep_all = snug::activation_peak(c, p, B, T, std::vector<Recompute>(L, Recompute::none));
+    const std::size_t full = snug::activation_peak(c, p, B, T, std::vector<Recompute>(L, Recompute::full));
     check_policy<Precision>(c, B, T, n, ck::Budget((keep_all + full) / 2), window);
 }
 

@@ -52,6 +52,8 @@
 #include "snug/nn/layer_stack.hpp"
 #include "snug/nn/lm_pass.hpp"
 #include "snug/nn/model_identity.hpp"
+#include "snug/nn/model_of.hpp"
+#include "snug/nn/model_summary.hpp"
 #include "snug/nn/module.hpp"
 #include "snug/nn/parameters.hpp"
 #include "snug/nn/upload_weights.hpp"
@@ -60,8 +62,11 @@
 namespace snug {
 
 // The sizes of a CausalLM of a family's blocks.
-template <class BlockShape>
+template <class Family>
 struct CausalLMConfig {
+    static_assert(FamilyBlockShape<Family>, "CausalLM family: needs `using BlockShape = ...;` (what one block needs)");
+    using BlockShape = typename Family::BlockShape;
+
     int vocab_size = 0;         // V: token ids in [0, V)
     int padded_vocab_size = 0;  // Vp >= V: the embedding's and the head's rows (a multiple of 64 is fast)
     int max_seq_len = 0;        // T at most this
@@ -77,7 +82,7 @@ class CausalLM {
 public:
     using value_type = Act;
     using device_type = D;
-    using Config = CausalLMConfig<typename Family::BlockShape>;
+    using Config = CausalLMConfig<Family>;
     using Block = typename Family::template Block<Act, D>;
 
     // The same model on another device tag (snug::Meter measures its memory).
@@ -286,6 +291,33 @@ private:
     // The pass in flight.
     LMPass<Act, D> pass_{"CausalLM"};
     Act* x_last_ = nullptr;  // (B, T, C) the last block's output
+};
+
+// What reports and FLOP counts need of a CausalLM of this config, counted on
+// its Meter twin (nothing of its size allocated). Its matmul parameters: the
+// head (V·C), every block's, and the final norm's C.
+template <class Family>
+ModelSummary model_summary(const CausalLMConfig<Family>& c) {
+    MemoryTracker tracker;
+    const CausalLM<Family, float, Meter> model(c, tracker);
+    ModelSummary s;
+    if constexpr (requires { Family::name; }) s.family = std::string(Family::name);
+    s.layers = c.n_layer;
+    if constexpr (requires { c.block.heads; }) s.heads = c.block.heads;
+    s.channels = Family::channels(c.block);
+    s.context = c.max_seq_len;
+    s.vocab = c.vocab_size;
+    if constexpr (requires { c.block.attention; }) s.attention = c.block.attention;
+    s.parameters = model.num_parameters();
+    for (const ParameterRange& r : model.block_parameters(0)) s.block_parameters += r.count;
+    s.matmul_parameters = static_cast<double>(c.vocab_size) * s.channels +
+                          static_cast<double>(c.n_layer) * static_cast<double>(s.block_parameters) + s.channels;
+    return s;
+}
+
+template <class Family, class Act, DeviceTag D>
+struct ModelOf<CausalLMConfig<Family>, Act, D> {
+    using type = CausalLM<Family, Act, D>;
 };
 
 }  // namespace snug

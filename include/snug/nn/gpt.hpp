@@ -32,6 +32,7 @@
 #include "snug/nn/gpt_parameters.hpp"
 #include "snug/ops/kernels.hpp"
 #include "snug/nn/layer_stack.hpp"
+#include "snug/nn/model_of.hpp"
 #include "snug/nn/transformer_block.hpp"
 #include "snug/nn/upload_weights.hpp"
 
@@ -72,6 +73,9 @@ public:
     float* gradients() { return grads_.data(); }
     GPTTensors<Act> parameter_tensors() { return {params_.data(), config_}; }
     GPTTensors<float> gradient_tensors() { return {grads_.data(), config_}; }
+
+    // GPT-2's initialisation, in fp32 on the host, deterministic in seed.
+    std::vector<float> initial_weights(std::uint64_t seed) const { return gpt_initial_weights(config_, seed); }
 
     // Sets the working weights from fp32 host values (rounded to Act).
     void load_weights(const D& dev, const std::vector<float>& host_weights) {
@@ -221,6 +225,11 @@ private:
     Act* x_last_ = nullptr;  // (B, T, C) the last block's output
     float* lnf_mean_ = nullptr;
     float* lnf_rstd_ = nullptr;
+};
+
+template <class Act, DeviceTag D>
+struct ModelOf<GPTConfig, Act, D> {
+    using type = GPT<Act, D>;
 };
 
 }  // namespace snug

@@ -10,6 +10,7 @@
 
 #include "snug/core/error.hpp"
 #include "snug/nn/attention_kind.hpp"
+#include "snug/nn/model_summary.hpp"
 
 namespace snug {
 
@@ -107,16 +108,30 @@ struct GPTConfig {
                n_layer * block_parameters() + 2 * C;
     }
 
-    // Model FLOPs per trained token at sequence length T (forward + backward),
-    // the PaLM convention llm.c also uses: 6 N for the matmuls of N parameters
-    // (the tied wte counts once, as the output head; position embeddings and
-    // padding do no matmul work) plus 12·L·C·T for attention's QKᵀ and AV.
-    // Recomputation is not model FLOPs (it counts toward hardware FLOPs).
-    double flops_per_token(int T) const {
-        const double matmul_params = static_cast<double>(vocab_size) * channels +
-                                     static_cast<double>(n_layer) * block_parameters() + 2.0 * channels;
-        return 6.0 * matmul_params + 12.0 * n_layer * channels * static_cast<double>(T);
-    }
+    // Model FLOPs per trained token at sequence length T (forward + backward):
+    // ModelSummary::flops_per_token's convention, for this shape.
+    double flops_per_token(int T) const;
 };
+
+// What reports and FLOP counts need of a GPT of this shape. Its matmul
+// parameters: the head (V·C; the tied wte counts once, as the head), every
+// block's, and ln_f's 2C; position embeddings and padding do no matmul work.
+inline ModelSummary model_summary(const GPTConfig& c) {
+    ModelSummary s;
+    s.family = "gpt2";
+    s.layers = c.n_layer;
+    s.heads = c.n_head;
+    s.channels = c.channels;
+    s.context = c.max_seq_len;
+    s.vocab = c.vocab_size;
+    s.attention = c.attention;
+    s.parameters = c.num_parameters();
+    s.block_parameters = c.block_parameters();
+    s.matmul_parameters = static_cast<double>(c.vocab_size) * c.channels +
+                          static_cast<double>(c.n_layer) * static_cast<double>(c.block_parameters()) + 2.0 * c.channels;
+    return s;
+}
+
+inline double GPTConfig::flops_per_token(int T) const { return model_summary(*this).flops_per_token(T); }
 
 }  // namespace snug

@@ -43,7 +43,7 @@ struct LlamaFamily {
 
 template <class Act, DeviceTag D>
 using Llama = CausalLM<LlamaFamily, Act, D>;
-using LlamaConfig = CausalLMConfig<LlamaBlockShape>;
+using LlamaConfig = CausalLMConfig<LlamaFamily>;
 
 // A Llama config: the vocabulary padded to a multiple of 64, the MLP's
 // hidden width Llama's 8C/3 rounded up to a multiple of 64 unless given.

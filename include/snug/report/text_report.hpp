@@ -170,7 +170,7 @@ inline std::string format_model_fit(const ModelFit& f) {
     if (f.depth == 0) return out + fmt::format("none; depth 1 needs at least {}\n", format_bytes(f.next_depth_bytes));
     return out + fmt::format("depth {} ({} layers, {} heads, {} channels, {} parameters), checkpoint {}, predicted peak "
                              "{}; depth {} needs at least {}\n",
-                             f.depth, f.model.n_layer, f.model.n_head, f.model.channels, f.model.num_parameters(),
+                             f.depth, f.model.layers, f.model.heads, f.model.channels, f.model.parameters,
                              f.checkpoint, format_bytes(f.memory.required), f.depth + 1,
                              format_bytes(f.next_depth_bytes));
 }
@@ -182,7 +182,7 @@ inline std::string format_model_fit(const ModelFit& f) {
 inline std::string format_ladder_table(const LadderTable& t, const std::vector<LadderRung>& rungs) {
     std::string out = fmt::format(
         "VRAM ladder: {} layers, {} heads, {} channels, T {}, {} sequences per update, {} updates; budget {}; {}\n",
-        t.model.n_layer, t.model.n_head, t.model.channels, t.seq, t.sequences_per_update, t.updates,
+        t.model.layers, t.model.heads, t.model.channels, t.seq, t.sequences_per_update, t.updates,
         t.budget ? format_bytes(*t.budget) : std::string("none"), t.device);
     auto it = std::back_inserter(out);
     constexpr std::string_view row = "{:<24} {:<5} {:>8} {:>5} {:<10} {:>10} {:>10} {:<5} {:>10} {:>10} {:>10} {:>9} {:>9}\n";
@@ -274,11 +274,12 @@ public:
     ~TextReport() override { display_.finish(); }
 
     void device(const DeviceInfo& d) override { line(fmt::format("device: {}", d.description)); }
-    void model(const GPTConfig& c, int seq, const std::string& source) override {
-        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {}, {} attention: {:.2f}M "
+    void model(const ModelSummary& m, int seq, const std::string& source) override {
+        line(fmt::format("model: {}{} layers, {} heads, {} channels, context {}, vocab {}, {} attention: {:.2f}M "
                          "parameters, {:.3g} FLOPs/token; {}",
-                         c.n_layer, c.n_head, c.channels, c.max_seq_len, c.vocab_size, attention_kind_name(c.attention),
-                         static_cast<double>(c.num_parameters()) / 1e6, c.flops_per_token(seq), source));
+                         m.family.empty() ? "" : m.family + ", ", m.layers, m.heads, m.channels, m.context, m.vocab,
+                         attention_kind_name(m.attention), static_cast<double>(m.parameters) / 1e6,
+                         m.flops_per_token(seq), source));
     }
     void data(const TrainData& d) override { line(fmt::format("data: {}", d.description)); }
     void attention(const std::string& path) override { line(fmt::format("attention: {}", path)); }
@@ -302,10 +303,10 @@ public:
     void memory_outlook(const MemoryOutlook& o) override { line(format_outlook(o)); }
     void plan(const PlanAnswer& p) override {
         line(fmt::format("device: {}; budget {}", p.device.description, format_bytes(p.budget)));
-        line(fmt::format("model: {} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}, {} "
+        line(fmt::format("model: {}{} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}, {} "
                          "attention, {}",
-                         p.model.n_layer, p.model.n_head, p.model.channels, p.model.max_seq_len, p.model.vocab_size,
-                         static_cast<double>(p.model.num_parameters()) / 1e6, p.run.precision_name(),
+                         p.model.family.empty() ? "" : p.model.family + ", ", p.model.layers, p.model.heads, p.model.channels, p.model.context, p.model.vocab,
+                         static_cast<double>(p.model.parameters) / 1e6, p.run.precision_name(),
                          attention_kind_name(p.model.attention), p.run.optimizer_name()));
         line(fmt::format("\nas asked (micro-batch {} x {}, checkpoint {}):\n{}{}", p.run.micro_batch, p.run.accumulation,
                          p.run.checkpoint_name(), format_outlook(p.asked), format_memory_plan(p.asked.plan)));

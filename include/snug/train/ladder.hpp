@@ -292,7 +292,7 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         r.mean_loss_over_flops = mean_loss_over_flops(r.result.records, common);
     }
 
-    report.ladder_table({config, T, wanted, base.steps, budget, device.description, common, rule}, rungs);
+    report.ladder_table({model_summary(config), T, wanted, base.steps, budget, device.description, common, rule}, rungs);
 
     if (!lo.out.empty()) {
         nlohmann::json j;

@@ -20,6 +20,7 @@
 #include "snug/core/half.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/nn/model_summary.hpp"
 #include "snug/ops/fused_attention.hpp"
 #include "snug/optim/state_storage.hpp"
 #include "snug/cuda/limits.hpp"
@@ -113,14 +114,16 @@ struct Card {
 
 constexpr Card card(std::size_t memory) { return Card{memory}; }
 
-// A GPT's run: its shape, precision and the run's shape.
-struct MemoryPlanInput : RunShape {
-    GPTConfig model;
+// A run of a model of `Config` (GPTConfig, CausalLMConfig<Family>: the model
+// is model_of<Config, Act, D>): its config, precision and the run's shape.
+template <class Config>
+struct PlanInput : RunShape {
+    Config model;
     PrecisionKind precision = PrecisionKind::fp32;
 
     // Throws ConfigError naming the first field that makes no sense.
     void validate() const {
-        model.validate();
+        if constexpr (requires { model.validate(); }) model.validate();
         auto fail = [](const std::string& what) { throw ConfigError("memory plan: " + what); };
         if (micro_batch < 1) fail("micro_batch must be at least 1, got " + std::to_string(micro_batch));
         if (seq < 1 || seq > model.max_seq_len)
@@ -137,6 +140,9 @@ struct MemoryPlanInput : RunShape {
 
     std::vector<Recompute> modes() const { return RunShape::modes(model.n_layer); }
 };
+
+// A GPT's run.
+using MemoryPlanInput = PlanInput<GPTConfig>;
 
 // What the tracker will report after training with a MemoryPlanInput, and
 // what the device will reserve.
@@ -189,7 +195,7 @@ struct BudgetPlan {
 // The largest model of a family that fits.
 struct ModelFit {
     int depth = 0;                // 0: not even depth 1 fits
-    GPTConfig model;
+    ModelSummary model;
     std::size_t budget = 0;
     std::string checkpoint;       // the cheapest policy that fits at this depth
     std::vector<Recompute> recompute;

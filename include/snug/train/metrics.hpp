@@ -74,15 +74,7 @@ inline std::optional<double> peak_flops(std::string_view device_name, std::strin
 // FLOPs that recomputation adds per trained token at sequence length T under
 // a recompute plan (one mode per block), in the convention described above.
 inline double recompute_flops_per_token(const GPTConfig& config, int T, std::span<const Recompute> modes) {
-    const double C = config.channels;
-    const double attention = 4.0 * C * static_cast<double>(T);
-    const double block_forward = 2.0 * static_cast<double>(config.block_parameters()) + attention;
-    double total = 0.0;
-    for (Recompute m : modes) {
-        if (m == Recompute::full) total += block_forward;
-        if (m == Recompute::selective) total += attention;
-    }
-    return total;
+    return model_summary(config).recompute_flops_per_token(T, modes);
 }
 
 // What one optimizer update did and cost.

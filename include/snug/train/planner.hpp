@@ -35,6 +35,7 @@
 #include "snug/meter/device.hpp"
 #include "snug/nn/activation_peak.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/model_of.hpp"
 #include "snug/nn/layer_stack.hpp"
 #include "snug/precision/kind.hpp"
 #include "snug/precision/policies.hpp"
@@ -43,13 +44,21 @@
 
 namespace snug {
 
-// The activation peak of one GPT forward + backward at (B, T) under `modes`,
-// measured on snug::Meter (nn/activation_peak.hpp).
-inline std::size_t gpt_activation_peak(const GPTConfig& c, PrecisionKind precision, int B, int T,
-                                       std::span<const Recompute> modes) {
+// The activation peak of one forward + backward at (B, T) under `modes` of
+// the model `c` builds (GPT, a CausalLM: model_of), in the precision named at
+// run time, measured on snug::Meter (nn/activation_peak.hpp).
+template <class Config>
+std::size_t activation_peak(const Config& c, PrecisionKind precision, int B, int T, std::span<const Recompute> modes) {
     return visit_precision(precision, [&]<class P>() {
-        return metered_activation_peak<GPT<typename P::compute_type, Meter>>(c, B, T, modes);
+        return metered_activation_peak<model_of<Config, typename P::compute_type, Meter>>(c, B, T, modes);
     });
+}
+
+// Whether the blocks of the model `c` builds recompute selectively
+// (Recompute::selective; GPT's do).
+template <class Config>
+constexpr bool config_recomputes_selectively() {
+    return model_of<Config, float, Meter>::supports_selective();
 }
 
 // What training `Model` (any device; a MeterableModel such as GPT or a
@@ -140,10 +149,11 @@ MemoryPlan predict_training_memory(const Config& config, const RunShape& in) {
 // running them on snug::Meter; exact to the byte against the host tracker
 // (tests/host/planner_test.cpp). `reserved` adds what the tracker does not
 // see: arena chunks, the device's allocation granularity, its context.
-inline MemoryPlan predict_memory(const MemoryPlanInput& in) {
+template <class Config>
+MemoryPlan predict_memory(const PlanInput<Config>& in) {
     in.validate();
     return visit_precision(in.precision, [&]<class P>() {
-        return predict_training_memory<GPT<typename P::compute_type, Meter>, P>(in.model, in);
+        return predict_training_memory<model_of<Config, typename P::compute_type, Meter>, P>(in.model, in);
     });
 }
 
@@ -151,8 +161,9 @@ inline MemoryPlan predict_memory(const MemoryPlanInput& in) {
 // input's T, modes and accumulation): the activations and temporaries of one
 // sequence at the peak moment, and its n token and target ids. Everything
 // else is fixed, so total(B) = total(1) + (B - 1) · this.
-inline std::size_t bytes_per_sequence(const MemoryPlanInput& in) {
-    MemoryPlanInput one = in, two = in;
+template <class Config>
+std::size_t bytes_per_sequence(const PlanInput<Config>& in) {
+    PlanInput<Config> one = in, two = in;
     one.micro_batch = 1;
     two.micro_batch = 2;
     return predict_memory(two).total - predict_memory(one).total;
@@ -181,8 +192,9 @@ int largest_fitting(Fits&& fits) {
 
 // The largest micro-batch B whose predicted total fits `budget` (the input's
 // T, modes and accumulation kept); 0 when even B = 1 does not fit.
-inline int largest_micro_batch(const MemoryPlanInput& in, std::size_t budget) {
-    MemoryPlanInput probe = in;
+template <class Config>
+int largest_micro_batch(const PlanInput<Config>& in, std::size_t budget) {
+    PlanInput<Config> probe = in;
     return largest_fitting([&](int B) {
         probe.micro_batch = B;
         return predict_memory(probe).required <= budget;
@@ -200,11 +212,12 @@ int largest_micro_batch(const Config& config, RunShape shape, std::size_t budget
     });
 }
 
-// The planner of a GPT run `in` as a function of the run's shape (what the
+// The planner of a run `in` as a function of the run's shape (what the
 // generic searches call): in's model and precision, shape's B, T, n, modes.
-inline auto gpt_predictor(const MemoryPlanInput& in) {
+template <class Config>
+auto plan_predictor(const PlanInput<Config>& in) {
     return [in](const RunShape& shape) {
-        MemoryPlanInput probe = in;
+        PlanInput<Config> probe = in;
         static_cast<RunShape&>(probe) = shape;
         return predict_memory(probe);
     };
@@ -221,16 +234,15 @@ int metered_blocks(const Config& config) {
 
 // ---- checkpoint policies -------------------------------------------------------------
 
-// The modes `policy` picks for a GPT at (B, T), asked exactly as TrainStep
-// asks it (the same CheckpointQuery), so checkpoint::Budget gives the plan
-// training will use.
-template <CheckpointPolicy Policy>
-std::vector<Recompute> plan_recompute(const Policy& policy, const GPTConfig& c, PrecisionKind precision, int B,
-                                      int T) {
+// The modes `policy` picks for the model `c` builds at (B, T), asked exactly
+// as TrainStep asks it (the same CheckpointQuery), so checkpoint::Budget gives
+// the plan training will use.
+template <CheckpointPolicy Policy, class Config>
+std::vector<Recompute> plan_recompute(const Policy& policy, const Config& c, PrecisionKind precision, int B, int T) {
     CheckpointQuery query{c.n_layer, [&](std::span<const Recompute> modes) {
-                              return gpt_activation_peak(c, precision, B, T, modes);
+                              return activation_peak(c, precision, B, T, modes);
                           }};
-    query.selective_available = true;  // GPT's blocks recompute selectively (GPT::supports_selective)
+    query.selective_available = config_recomputes_selectively<Config>();
     return policy.plan(query);
 }
 
@@ -310,12 +322,13 @@ inline std::vector<CheckpointCandidate> checkpoint_candidates(const CheckpointQu
     return out;
 }
 
-inline std::vector<CheckpointCandidate> checkpoint_candidates(const GPTConfig& c, PrecisionKind precision, int B,
-                                                              int T) {
+// For the model `c` builds, in the precision named at run time.
+template <class Config>
+std::vector<CheckpointCandidate> checkpoint_candidates(const Config& c, PrecisionKind precision, int B, int T) {
     CheckpointQuery query{c.n_layer, [&](std::span<const Recompute> modes) {
-                              return gpt_activation_peak(c, precision, B, T, modes);
+                              return activation_peak(c, precision, B, T, modes);
                           }};
-    query.selective_available = true;  // GPT's blocks recompute selectively (GPT::supports_selective)
+    query.selective_available = config_recomputes_selectively<Config>();
     return checkpoint_candidates(query);
 }
 
@@ -372,10 +385,12 @@ std::vector<Recompute> auto_recompute(const RunShape& base, int blocks, bool sel
                       format_bytes(smallest) + ": use a smaller micro-batch or a shorter context");
 }
 
-// For a GPT: the input's model and precision (GPT's blocks recompute selectively).
-inline std::vector<Recompute> auto_recompute(const MemoryPlanInput& in, std::size_t budget) {
+// For the input's model and precision.
+template <class Config>
+std::vector<Recompute> auto_recompute(const PlanInput<Config>& in, std::size_t budget) {
     in.validate();
-    return auto_recompute(static_cast<const RunShape&>(in), in.model.n_layer, true, budget, gpt_predictor(in));
+    return auto_recompute(static_cast<const RunShape&>(in), in.model.n_layer, config_recomputes_selectively<Config>(),
+                          budget, plan_predictor(in));
 }
 
 // The same for any MeterableModel built from `config` under Precision (its
@@ -445,11 +460,12 @@ BudgetPlan plan_for_budget(const RunShape& base, const std::vector<CheckpointCan
     return plan;
 }
 
-// For a GPT: base's model and precision.
-inline BudgetPlan plan_for_budget(const MemoryPlanInput& base, int wanted_batch, std::size_t budget) {
+// For base's model and precision.
+template <class Config>
+BudgetPlan plan_for_budget(const PlanInput<Config>& base, int wanted_batch, std::size_t budget) {
     return plan_for_budget(static_cast<const RunShape&>(base),
                            checkpoint_candidates(base.model, base.precision, 1, base.seq), wanted_batch, budget,
-                           gpt_predictor(base));
+                           plan_predictor(base));
 }
 
 // The same for any MeterableModel built from `config` under Precision: the
@@ -474,7 +490,9 @@ BudgetPlan plan_for_budget(const Config& config, const RunShape& base, int wante
 // ---- the largest model -----------------------------------------------------------------
 
 // A shape family: the model of each depth.
-using ModelFamily = std::function<GPTConfig(int depth)>;
+template <class Config>
+using DepthFamily = std::function<Config(int depth)>;
+using ModelFamily = DepthFamily<GPTConfig>;
 
 // llm.c's and snug's "dN" family: L = d blocks, C = 64 d channels, NH = d heads
 // (head size 64); vocabulary and context from `like`.
@@ -494,12 +512,13 @@ inline ModelFamily gpt_depth_family(const GPTConfig& like) {
 // checkpointing included, and the cheapest policy that fits at that depth.
 // From `base`: precision, seq, accumulation, backend workspace, sampling
 // window. Depths are tried from 1 up to max_depth.
-inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryPlanInput& base, std::size_t budget,
-                                        int max_depth = 1024) {
+template <class Config>
+ModelFit largest_model_that_fits(const DepthFamily<Config>& family, const PlanInput<Config>& base, std::size_t budget,
+                                 int max_depth = 1024) {
     ModelFit fit;
     fit.budget = budget;
     for (int depth = 1; depth <= max_depth; ++depth) {
-        MemoryPlanInput probe = base;
+        PlanInput<Config> probe = base;
         probe.model = family(depth);
         probe.micro_batch = 1;
         bool found = false;
@@ -511,7 +530,7 @@ inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryP
             if (!found && m.required <= budget) {
                 found = true;
                 fit.depth = depth;
-                fit.model = probe.model;
+                fit.model = model_summary(probe.model);
                 fit.checkpoint = candidate.name;
                 fit.recompute = candidate.recompute;
                 fit.memory = m;
@@ -526,7 +545,8 @@ inline ModelFit largest_model_that_fits(const ModelFamily& family, const MemoryP
 }
 
 
-inline MemoryOutlook memory_outlook(const MemoryPlanInput& in, std::optional<std::size_t> budget) {
+template <class Config>
+MemoryOutlook memory_outlook(const PlanInput<Config>& in, std::optional<std::size_t> budget) {
     MemoryOutlook o;
     o.plan = predict_memory(in);
     o.bytes_per_sequence = bytes_per_sequence(in);
@@ -534,7 +554,7 @@ inline MemoryOutlook memory_outlook(const MemoryPlanInput& in, std::optional<std
     o.budget = budget;
     if (budget) {
         o.largest_micro_batch = largest_micro_batch(in, *budget);
-        MemoryPlanInput one = in;
+        PlanInput<Config> one = in;
         one.micro_batch = 1;
         o.micro_batch_1_bytes = o.largest_micro_batch > 0 ? 0 : predict_memory(one).required;
     }

@@ -22,6 +22,7 @@
 #include "snug/checkpoint/recompute.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/nn/gpt_config.hpp"
+#include "snug/nn/model_summary.hpp"
 #include "snug/train/data_source.hpp"
 #include "snug/train/device_info.hpp"
 #include "snug/train/memory_plan.hpp"
@@ -69,7 +70,7 @@ struct LadderRung {
 struct PlanAnswer {
     DeviceInfo device;
     std::size_t budget = 0;
-    GPTConfig model;
+    ModelSummary model;
     RunSpec run;
     MemoryOutlook asked;
     BudgetPlan fastest;
@@ -110,7 +111,7 @@ struct Evaluation {
 // The ladder's table: its setting, every rung, the FLOPs its losses are
 // compared at and the checkpointing rule it applied.
 struct LadderTable {
-    GPTConfig model;
+    ModelSummary model;
     int seq = 0;
     int sequences_per_update = 0;
     int updates = 0;
@@ -133,7 +134,7 @@ public:
 
     // Before anything runs.
     virtual void device(const DeviceInfo&) {}
-    virtual void model(const GPTConfig&, int /*seq*/, const std::string& /*source*/) {}
+    virtual void model(const ModelSummary&, int /*seq*/, const std::string& /*source*/) {}
     virtual void data(const TrainData&) {}
     virtual void training_setup(const TrainOptions&) {}
     // Data parallel: `ranks` processes (`how`: "MPI (Open MPI v4.1.4)"), each

@@ -296,7 +296,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         std::optional<std::vector<Recompute>> automatic;
         if (o.run.checkpoint == CheckpointKind::automatic) {
             automatic = auto_recompute_plan(o, config, s.plan_target());
-            report.activation_budget(automatic ? std::optional<std::size_t>(gpt_activation_peak(
+            report.activation_budget(automatic ? std::optional<std::size_t>(activation_peak(
                                                      config, o.run.precision, B, T, *automatic))
                                                : std::nullopt);
         }

@@ -101,13 +101,14 @@ inline constexpr int max_zero_ranks = 64;  // --plan's ZeRO-1 search: 2, 4, ...,
 inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
     if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
     PlanAnswer answer;
-    GPTConfig& config = answer.model;
+    GPTConfig config;
     if (o.init_from.empty()) {
         config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
     } else {
         config = o.with_choices(read_model_file(o.init_from).config);
     }
     config.validate();
+    answer.model = model_summary(config);
     answer.device = device;
     answer.budget = *o.budget_bytes;
     answer.run = o.run.with_zero(o.zero_ranks());
