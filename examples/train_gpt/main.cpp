@@ -197,7 +197,12 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     if (eval_only && !o.resume.empty())
         throw snug::ConfigError("--eval-only takes a model file (--init-from), not a training state");
 
-    o.shape();  // an unknown --model preset is refused before any device is touched
+    // An unknown --model preset, or a model file for a family that has none,
+    // is refused before any device is touched.
+    snug::visit_arch(o.arch, [&]<class Config>() {
+        (void)o.shape<Config>();
+        snug::check_model_files<Config>(o);
+    });
 #if defined(SNUG_HAVE_NCCL)
     // One GPU per rank: this rank's, before any CUDA work.
     if (ranks.size() > 1 && device_name != "host" && snug::cuda::device_count() > 0) snug::dist::use_local_gpu(ranks);
@@ -212,48 +217,53 @@ int run(int argc, char** argv, snug::dist::Ranks& ranks) {
     // (--plan under mpirun plans one rank of the job: with --zero, its shard.)
     const std::unique_ptr<snug::Report> report =
         ranks.rank() == 0 ? make_report() : std::make_unique<snug::Report>();
-    if (plan) return snug::run_plan_program(o, device, *report);
-    if (run_ladder) return snug::run_ladder_program(o, ladder, device, *report);
+    // The rest is written once for every family (--arch): Config is its
+    // model's config type (train/arch.hpp).
+    return snug::visit_arch(o.arch, [&]<class Config>() -> int {
+        if (plan) return snug::run_plan_program<Config>(o, device, *report);
+        if (run_ladder) return snug::run_ladder_program<Config>(o, ladder, device, *report);
 
-    const std::int64_t tokens_per_update = o.run.tokens_per_update() * o.ranks;
-    // A run the machine's memory cannot hold is refused before its weights are made.
-    const snug::RunInputs inputs = snug::load_inputs(o, tokens_per_update * o.steps + 1, [&](const snug::GPTConfig& c) {
-        if (!eval_only) snug::check_host_memory(o, c, device);
-    });
-    const snug::TrainData& data = inputs.data;
-    const snug::ModelSource& source = inputs.source;
-    const snug::GPTConfig& config = source.config;
-    std::optional<snug::data::Tokenizer> tokenizer;
-    if (!tokenizer_path.empty()) tokenizer.emplace(tokenizer_path);
-    const snug::data::Tokenizer* decoder = tokenizer ? &*tokenizer : nullptr;
+        const std::int64_t tokens_per_update = o.run.tokens_per_update() * o.ranks;
+        // A run the machine's memory cannot hold is refused before its weights are made.
+        const snug::RunInputsOf<Config> inputs =
+            snug::load_inputs<Config>(o, tokens_per_update * o.steps + 1, [&](const Config& c) {
+                if (!eval_only) snug::check_host_memory(o, c, device);
+            });
+        const snug::TrainData& data = inputs.data;
+        const snug::ModelSourceOf<Config>& source = inputs.source;
+        const Config& config = source.config;
+        std::optional<snug::data::Tokenizer> tokenizer;
+        if (!tokenizer_path.empty()) tokenizer.emplace(tokenizer_path);
+        const snug::data::Tokenizer* decoder = tokenizer ? &*tokenizer : nullptr;
 
-    report->device(device);
-    report->model(snug::model_summary(config), o.run.seq, source.description);
-    report->data(data);
-    if (eval_only)
-        return snug::visit_device(
-            device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, *report, decoder); });
-    report->training_setup(o);
-    snug::report_memory_outlook(o, config, device, *report);
+        report->device(device);
+        report->model(snug::model_summary(config), o.run.seq, source.description);
+        report->data(data);
+        if (eval_only)
+            return snug::visit_device(
+                device, [&]<class Dev>() { return snug::run_evaluation<Dev>(o, data, source, *report, decoder); });
+        report->training_setup(o);
+        snug::report_memory_outlook(o, config, device, *report);
 
-    snug::install_stop_handler();
-    const snug::RunResult r = snug::visit_device(device, [&]<class Dev>() {
+        snug::install_stop_handler();
+        const snug::RunResult r = snug::visit_device(device, [&]<class Dev>() {
 #if defined(SNUG_HAVE_NCCL)
-        // GPUs sum their gradients with NCCL, on the device (the training stream: Cuda{}'s).
-        if constexpr (std::is_same_v<Dev, snug::Cuda>) {
-            if (ranks.size() > 1) {
-                snug::dist::NcclCommunicator nccl(ranks, snug::Cuda{});
-                return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks, &nccl);
+            // GPUs sum their gradients with NCCL, on the device (the training stream: Cuda{}'s).
+            if constexpr (std::is_same_v<Dev, snug::Cuda>) {
+                if (ranks.size() > 1) {
+                    snug::dist::NcclCommunicator nccl(ranks, snug::Cuda{});
+                    return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks, &nccl);
+                }
             }
-        }
 #endif
-        return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks);
+            return snug::run_training<Dev>(o, data, source, device, *report, decoder, ranks);
+        });
+        if (!r.fit) {
+            std::fflush(stdout);
+            std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", r.out_of_memory.c_str());
+        }
+        return r.exit_code;
     });
-    if (!r.fit) {
-        std::fflush(stdout);
-        std::fprintf(stderr, "\ntrain_gpt: OutOfMemory: %s\n", r.out_of_memory.c_str());
-    }
-    return r.exit_code;
 }
 
 }  // namespace

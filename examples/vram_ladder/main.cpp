@@ -90,10 +90,17 @@ int run(int argc, char** argv) {
     o.budget_bytes = vram_budget == "none" ? std::nullopt : std::optional(snug::parse_bytes(vram_budget));
     if (mixed != "auto") lo.mixed = snug::parse_precision_kind(mixed);
     lo.checkpoint = snug::parse_checkpoint_kind(checkpoint, "--ladder-checkpoint");
-    o.shape();  // an unknown --model preset is refused before any device is touched
+    // An unknown --model preset, or a model file for a family that has none,
+    // is refused before any device is touched.
+    snug::visit_arch(o.arch, [&]<class Config>() {
+        (void)o.shape<Config>();
+        snug::check_model_files<Config>(o);
+    });
     const snug::DeviceInfo device = snug::choose_device(device_name);
     o.attention = snug::resolve_attention(snug::parse_attention_kind(attention, "--attention"), device);
-    return snug::run_ladder_program(o, lo, device, *make_report());
+    return snug::visit_arch(o.arch, [&]<class Config>() {
+        return snug::run_ladder_program<Config>(o, lo, device, *make_report());
+    });
 }
 
 }  // namespace

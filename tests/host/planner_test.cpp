@@ -561,7 +561,7 @@ TEST_CASE("the candidates' order and modes") {
 
 TEST_CASE("the largest model of a family that fits, and one block deeper does not") {
     const GPTConfig like = shape(64, 16, 1, 1, 64);
-    const auto d = snug::gpt_depth_family(GPTConfig::preset("124M"));
+    const auto d = snug::depth_family(GPTConfig::preset("124M"));
     CHECK(d(12).n_layer == 12);
     CHECK(d(12).n_head == 12);
     CHECK(d(12).channels == 768);

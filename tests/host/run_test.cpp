@@ -264,3 +264,103 @@ TEST_CASE("run: a run the host cannot hold is refused before its weights are mad
                     snug::OutOfMemory);
     CHECK(asked);
 }
+
+// ---- the same engine for a Llama (--arch llama) ------------------------------
+
+namespace {
+
+snug::TrainOptions llama_options() {
+    snug::TrainOptions o = tiny_options();
+    o.arch = snug::Arch::llama;
+    o.layers = 2;
+    o.heads = 4;
+    o.channels = 16;
+    o.run.precision = snug::PrecisionKind::bf16;
+    o.run.accumulation = 2;
+    o.run.checkpoint = snug::CheckpointKind::full;
+    o.steps = 4;
+    o.eval_every = 2;
+    return o;
+}
+
+snug::RunResult train_llama(const snug::TrainOptions& o, snug::Report& report) {
+    const snug::RunInputsOf<snug::LlamaConfig> in =
+        snug::load_inputs<snug::LlamaConfig>(o, o.run.tokens_per_update() * o.steps + 1);
+    return snug::run_training<snug::Host>(o, in.data, in.source, snug::choose_device("host"), report);
+}
+
+}  // namespace
+
+TEST_CASE("run: a Llama trains through the same engine, and a stopped run resumes to the same losses, bit for bit") {
+    snug::test::TempDir dir;
+    snug::TrainOptions o = llama_options();
+    o.out = (dir.path / "whole").string();
+    snug::Report silent;
+    const snug::RunResult whole = train_llama(o, silent);
+    REQUIRE(whole.exit_code == 0);
+    REQUIRE(whole.records.size() == 4);
+    REQUIRE(whole.first_val_loss.has_value());
+    CHECK(*whole.summary.final_val_loss < *whole.first_val_loss);
+    CHECK(whole.recompute_plan == "full full");
+    // Its model FLOPs are a Llama's (SwiGLU MLP of 64, untied head), not a
+    // GPT's of the same width and depth.
+    const snug::LlamaConfig config = snug::load_inputs<snug::LlamaConfig>(o, 1000).source.config;
+    const double tokens = 2.0 * 2 * 16;  // accumulation x B x T
+    const double llama_flops = snug::model_summary(config).flops_per_token(16) * tokens;
+    CHECK(whole.records[0].model_flops == llama_flops);
+    snug::GPTConfig gpt = snug::GPTConfig{}.with_vocab(config.vocab_size).with_context(16);
+    gpt.n_layer = 2;
+    gpt.n_head = 4;
+    gpt.channels = 16;
+    CHECK(whole.records[0].model_flops != snug::model_summary(gpt).flops_per_token(16) * tokens);
+
+    // Stopped after update 2, resumed in a new run: the last two updates' losses are the same bits.
+    o.out = (dir.path / "parts").string();
+    o.stop_after = 2;
+    train_llama(o, silent);
+    o.stop_after = 0;
+    o.resume = o.state_path();
+    RecordingReport resumed;
+    const snug::RunResult rest = train_llama(o, resumed);
+    REQUIRE(rest.records.size() == 2);
+    CHECK(resumed.events.front() == "resumed at 2");
+    for (std::size_t i = 0; i < 2; ++i) {
+        INFO("update " << rest.records[i].step);
+        CHECK(rest.records[i].train_loss == whole.records[i + 2].train_loss);
+        CHECK(rest.records[i].grad_norm == whole.records[i + 2].grad_norm);
+    }
+}
+
+TEST_CASE("run: a Llama state is refused by a Llama of another head count, and by a GPT, each by name") {
+    snug::test::TempDir dir;
+    snug::TrainOptions o = llama_options();
+    o.out = dir.path.string();
+    o.steps = 1;
+    snug::Report silent;
+    REQUIRE(train_llama(o, silent).exit_code == 0);
+    // As many parameters with 2 heads: the state file's model identity refuses it.
+    snug::TrainOptions other = o;
+    other.heads = 2;
+    other.steps = 2;
+    other.resume = o.state_path();
+    other.out = (dir.path / "other").string();
+    CHECK_THROWS_WITH(train_llama(other, silent), Catch::Contains("heads") && Catch::Contains("4") &&
+                                                      Catch::Contains("2"));
+    // A GPT of any shape: the family differs.
+    snug::TrainOptions gpt = tiny_options();
+    gpt.steps = 2;
+    gpt.resume = o.state_path();
+    gpt.out = (dir.path / "gpt").string();
+    CHECK_THROWS_AS(train_fp32(gpt), snug::Error);
+}
+
+TEST_CASE("run: model files hold a GPT-2, so a Llama run refuses them by flag before reading anything") {
+    snug::TrainOptions o = llama_options();
+    o.init_from = "/nonexistent/model.bin";
+    CHECK_THROWS_WITH(snug::load_inputs<snug::LlamaConfig>(o, 1000),
+                      Catch::Contains("--init-from /nonexistent/model.bin") && Catch::Contains("--arch llama"));
+    o.init_from.clear();
+    o.export_hf = "/tmp/x";
+    CHECK_THROWS_WITH(snug::check_model_files<snug::LlamaConfig>(o), Catch::Contains("--export-hf"));
+    CHECK_NOTHROW(snug::check_model_files<snug::GPTConfig>(o));
+}

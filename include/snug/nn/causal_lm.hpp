@@ -73,6 +73,9 @@ struct CausalLMConfig {
     int n_layer = 0;
     BlockShape block{};
     std::int64_t classifier_chunk = 0;  // tokens per chunk of the head and loss (nn/classifier.hpp; 0: automatic)
+
+    // Vp for a vocabulary: the next multiple of 64 (GEMM-friendly rows).
+    static int pad_vocab(int vocab) { return (vocab + 63) / 64 * 64; }
 };
 
 template <class Family, class Act, DeviceTag D>

@@ -51,7 +51,7 @@ inline LlamaConfig make_llama_config(int vocab_size, int max_seq_len, int n_laye
                                      int hidden = 0) {
     LlamaConfig c;
     c.vocab_size = vocab_size;
-    c.padded_vocab_size = (vocab_size + 63) / 64 * 64;
+    c.padded_vocab_size = LlamaConfig::pad_vocab(vocab_size);
     c.max_seq_len = max_seq_len;
     c.n_layer = n_layer;
     c.block.channels = channels;

@@ -323,7 +323,8 @@ public:
                              p.zero->fits ? fmt::format("on {} data-parallel ranks", p.zero_run->zero_ranks)
                                           : fmt::format("not even on {} data-parallel ranks", p.zero_run->zero_ranks),
                              p.zero_run->optimizer_name(), p.zero_run->optimizer_flags(), format_budget_plan(*p.zero)));
-        line(fmt::format("\nlargest model of the family (L = d, C = 64 d, NH = d) that fits at micro-batch 1:\n{}",
+        line(fmt::format("\nlargest model of the family ({}) that fits at micro-batch 1:\n{}",
+                         p.model.family == "gpt2" ? "L = d, C = 64 d, NH = d" : "d blocks of this shape",
                          format_model_fit(p.largest)));
     }
 

@@ -93,7 +93,8 @@ inline LadderPlots plot_ladder(const std::string& script, const std::filesystem:
 }  // namespace detail
 
 // The planner's peak for a rung's configuration.
-inline MemoryPlan predict_rung(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
+template <class Config>
+MemoryPlan predict_rung(const TrainOptions& o, const Config& config, const PlanTarget& target) {
     return predict_memory(plan_input(o, config, target));
 }
 
@@ -131,7 +132,7 @@ inline nlohmann::json bytes_json(const MemoryBreakdown& b, std::size_t total) {
 }  // namespace detail
 
 // Runs the ladder and writes its table (terminal), ladder.csv and ladder.json.
-template <class Dev>
+template <class Dev, class Config = GPTConfig>
 std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions& lo, const DeviceInfo& device,
                                    const PlanTarget& target, std::optional<std::size_t> device_capacity,
                                    Report& report) {
@@ -144,10 +145,11 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
     io::make_directories(lo.out, "the ladder's output directory");
     // auto: bf16, which both backends compute (the host in software).
     const PrecisionKind mixed = lo.mixed.value_or(PrecisionKind::bf16);
-    const RunInputs inputs = load_inputs(base, std::int64_t{wanted} * T * base.steps + 1);
+    const RunInputsOf<Config> inputs = load_inputs<Config>(base, std::int64_t{wanted} * T * base.steps + 1);
     const TrainData& data = inputs.data;
-    const ModelSource& source = inputs.source;
-    const GPTConfig& config = source.config;
+    const ModelSourceOf<Config>& source = inputs.source;
+    const Config& config = source.config;
+    const ModelSummary summary = model_summary(config);
 
     std::vector<LadderRung> rungs;
     auto make = [&](std::string name, PrecisionKind precision, int B, int accum, int seq, CheckpointKind checkpoint) {
@@ -292,14 +294,15 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         r.mean_loss_over_flops = mean_loss_over_flops(r.result.records, common);
     }
 
-    report.ladder_table({model_summary(config), T, wanted, base.steps, budget, device.description, common, rule}, rungs);
+    report.ladder_table({summary, T, wanted, base.steps, budget, device.description, common, rule}, rungs);
 
     if (!lo.out.empty()) {
         nlohmann::json j;
         j["device"] = device.description;
-        j["model"] = {{"layers", config.n_layer}, {"heads", config.n_head}, {"channels", config.channels},
-                      {"vocab", config.vocab_size}, {"parameters", config.num_parameters()},
-                      {"attention", attention_kind_name(config.attention)}};
+        j["model"] = {{"arch", summary.family},       {"layers", summary.layers},
+                      {"heads", summary.heads},       {"channels", summary.channels},
+                      {"vocab", summary.vocab},       {"parameters", summary.parameters},
+                      {"attention", attention_kind_name(summary.attention)}};
         j["budget_bytes"] = budget ? nlohmann::json(*budget) : nlohmann::json(nullptr);
         j["seq"] = T;
         j["sequences_per_update"] = wanted;
@@ -380,8 +383,8 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
 
 // The ladder as a program's job: device, capacity, exit code (0 when every
 // rung that ran trained without error).
-inline int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, const DeviceInfo& device,
-                              Report& report) {
+template <class Config = GPTConfig>
+int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, const DeviceInfo& device, Report& report) {
     report.device(device);
     std::vector<LadderRung> rungs;
 #if defined(SNUG_CUDA_BACKEND)
@@ -389,10 +392,10 @@ inline int run_ladder_program(const TrainOptions& o, const LadderOptions& lo, co
         std::size_t free_bytes = 0, total_bytes = 0;
         cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes));
         // The card's memory less a tenth; the plan counts the context itself.
-        rungs = run_ladder<Cuda>(o, lo, device, plan_target(device), total_bytes - total_bytes / 10, report);
+        rungs = run_ladder<Cuda, Config>(o, lo, device, plan_target(device), total_bytes - total_bytes / 10, report);
     } else
 #endif
-        rungs = run_ladder<Host>(o, lo, device, plan_target(device), std::nullopt, report);
+        rungs = run_ladder<Host, Config>(o, lo, device, plan_target(device), std::nullopt, report);
     for (const LadderRung& r : rungs)
         if (r.result.exit_code != 0 && r.result.exit_code != 3) return 1;
     return 0;

@@ -1,6 +1,7 @@
-// Where a run's model comes from: its shape and the fp32 weights it starts
-// with — a fresh GPT-2 initialisation of the asked-for shape, an llm.c model
-// file, or a Hugging Face GPT-2 directory (model.safetensors + config.json).
+// Where a run's model comes from: its config and the fp32 weights it starts
+// with — a fresh initialisation of the asked-for shape (any family the engine
+// builds: train/arch.hpp), or, for GPT-2, an llm.c model file or a Hugging
+// Face GPT-2 directory (model.safetensors + config.json).
 #pragma once
 
 #include <cstdint>
@@ -8,25 +9,33 @@
 #include <functional>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "snug/core/error.hpp"
+#include "snug/core/memory_tracker.hpp"
 #include "snug/io/hf_export.hpp"
 #include "snug/io/llmc_model.hpp"
+#include "snug/meter/device.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/model_of.hpp"
+#include "snug/nn/model_summary.hpp"
+#include "snug/train/arch.hpp"
 #include "snug/train/data_source.hpp"
 #include "snug/train/host_allocation.hpp"
 #include "snug/train/options.hpp"
 
 namespace snug {
 
-// The shape and the fp32 weights a run starts from.
-struct ModelSource {
-    GPTConfig config;
-    std::vector<float> weights;  // (P) in the llm.c parameter order
+// The config and the fp32 weights a run starts from.
+template <class Config>
+struct ModelSourceOf {
+    Config config;
+    std::vector<float> weights;  // (P) in the model's parameter order (GPT: llm.c's)
     std::string description;
 };
+using ModelSource = ModelSourceOf<GPTConfig>;
 
 // An llm.c model file, or a Hugging Face GPT-2 directory (model.safetensors
 // + config.json): its shape and fp32 weights.
@@ -45,14 +54,40 @@ inline ModelSource read_model_file(const std::string& path) {
     });
 }
 
-// A fresh model of `config`: GPT-2's initialisation from `seed`.
-inline ModelSource fresh_model(const GPTConfig& config, std::uint64_t seed) {
-    ModelSource m;
+// Refuses, by flag, what a run of family `Config` cannot do: the model files
+// snug reads and writes (llm.c, Hugging Face) hold a GPT-2. Nothing to refuse
+// for GPT-2.
+template <class Config>
+void check_model_files(const TrainOptions& o) {
+    if constexpr (!std::is_same_v<Config, GPTConfig>) {
+        const std::string arch = arch_name(o.arch);
+        auto refuse = [&](const std::string& flag, const std::string& value) {
+            if (!value.empty())
+                throw ConfigError(flag + " " + value + ": llm.c and Hugging Face files hold a GPT-2, and --arch " +
+                                  arch + " is not one; a " + arch + " run starts from a fresh model and keeps its " +
+                                  "training state (--out)");
+        };
+        refuse("--init-from", o.init_from);
+        refuse("--save-model", o.save_model);
+        refuse("--export-hf", o.export_hf);
+    }
+}
+
+// A fresh model of `config`: its family's initialisation from `seed` (GPT-2's
+// for a GPT; each tensor's declared Init for a CausalLM), drawn through its
+// Meter twin so nothing of the model's size exists but the weights.
+template <class Config>
+ModelSourceOf<Config> fresh_model(const Config& config, std::uint64_t seed) {
+    ModelSourceOf<Config> m;
     m.config = config;
-    const auto P = static_cast<std::size_t>(config.num_parameters());
+    MemoryTracker tracker;
+    const model_of<Config, float, Meter> shape_only(config, tracker);
+    const auto P = static_cast<std::size_t>(shape_only.num_parameters());
     m.weights = name_allocation("the initial fp32 weights of a " + std::to_string(P) + "-parameter model",
-                                P * sizeof(float), [&] { return gpt_initial_weights(config, seed); });
-    m.description = "fresh (GPT-2 initialisation, seed " + std::to_string(seed) + ")";
+                                P * sizeof(float), [&] { return shape_only.initial_weights(seed); });
+    const std::string family = model_summary(config).family;
+    m.description = "fresh (" + (family == "gpt2" ? std::string("GPT-2") : family) + " initialisation, seed " +
+                    std::to_string(seed) + ")";
     return m;
 }
 
@@ -67,56 +102,77 @@ inline void check_model_file(const TrainOptions& o, const GPTConfig& c, int data
                           " (" + std::to_string(c.max_seq_len) + ")");
 }
 
-// Called with a run's model shape once it is known and before anything of
+// Called with a run's model config once it is known and before anything of
 // the model's size is made (a fresh model's weights); it may refuse the run
 // by throwing (run_plan.hpp's check_host_memory does).
-using BeforeWeights = std::function<void(const GPTConfig&)>;
+template <class Config>
+using BeforeWeightsOf = std::function<void(const Config&)>;
+using BeforeWeights = BeforeWeightsOf<GPTConfig>;
 
-// o.init_from (an llm.c model file or a Hugging Face directory), else a fresh
-// GPT-2 initialisation of the options' shape sized for the data's vocabulary
-// (or o.vocab, which may be larger) with a context of o.run.seq.
-inline ModelSource model_source(const TrainOptions& o, int data_vocab, const BeforeWeights& before_weights = {}) {
+// A fresh model of the options' family and shape, sized for the data's
+// vocabulary (or o.vocab, which may be larger) with a context of o.run.seq.
+template <class Config>
+Config fresh_config(const TrainOptions& o, int data_vocab) {
+    if (o.vocab != 0 && o.vocab < data_vocab)
+        throw ConfigError("--vocab " + std::to_string(o.vocab) + " is smaller than the data's vocabulary of " +
+                          std::to_string(data_vocab) + " tokens");
+    Config config = sized_for(o.shape<Config>(), o.vocab != 0 ? o.vocab : data_vocab, o.run.seq);
+    validate_config(config);
+    return config;
+}
+
+// o.init_from (an llm.c model file or a Hugging Face directory: GPT-2 only),
+// else a fresh initialisation of the options' shape (fresh_config).
+template <class Config = GPTConfig>
+ModelSourceOf<Config> model_source(const TrainOptions& o, int data_vocab,
+                                   const std::type_identity_t<BeforeWeightsOf<Config>>& before_weights = {}) {
+    check_model_files<Config>(o);
     if (o.init_from.empty()) {
-        if (o.vocab != 0 && o.vocab < data_vocab)
-            throw ConfigError("--vocab " + std::to_string(o.vocab) + " is smaller than the data's vocabulary of " +
-                              std::to_string(data_vocab) + " tokens");
-        GPTConfig config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab).with_context(o.run.seq);
-        config.validate();
+        const Config config = fresh_config<Config>(o, data_vocab);
         if (before_weights) before_weights(config);
         return fresh_model(config, o.seed);
     }
-    if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
-    ModelSource m = read_model_file(o.init_from);
-    m.config = o.with_choices(m.config);
-    check_model_file(o, m.config, data_vocab);
-    if (before_weights) before_weights(m.config);
-    return m;
+    if constexpr (std::is_same_v<Config, GPTConfig>) {
+        if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
+        ModelSource m = read_model_file(o.init_from);
+        m.config = o.with_choices(m.config);
+        check_model_file(o, m.config, data_vocab);
+        if (before_weights) before_weights(m.config);
+        return m;
+    }
+    throw ConfigError("--init-from: not for this family");  // check_model_files refused it
 }
 
 // A run's data and model, read in the order that lets each check the other:
 // a model file first (its vocabulary is what llm.c token ids are checked
 // against), then the data; a fresh model is sized for the data, and
-// `before_weights` sees its shape before its weights are made (a model
+// `before_weights` sees its config before its weights are made (a model
 // file's, once the file is checked against the data).
-struct RunInputs {
+template <class Config>
+struct RunInputsOf {
     TrainData data;
-    ModelSource source;
+    ModelSourceOf<Config> source;
 };
+using RunInputs = RunInputsOf<GPTConfig>;
 
-inline RunInputs load_inputs(const TrainOptions& o, std::int64_t train_tokens_needed,
-                             const BeforeWeights& before_weights = {}) {
-    RunInputs in;
+template <class Config = GPTConfig>
+RunInputsOf<Config> load_inputs(const TrainOptions& o, std::int64_t train_tokens_needed,
+                                const std::type_identity_t<BeforeWeightsOf<Config>>& before_weights = {}) {
+    check_model_files<Config>(o);
+    RunInputsOf<Config> in;
     if (o.init_from.empty()) {
         in.data = load_data(o, train_tokens_needed, token_data_vocab(o));
-        in.source = model_source(o, in.data.vocab, before_weights);
+        in.source = model_source<Config>(o, in.data.vocab, before_weights);
         return in;
     }
-    if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
-    in.source = read_model_file(o.init_from);
-    in.source.config = o.with_choices(in.source.config);
-    in.data = load_data(o, train_tokens_needed, token_data_vocab(o, in.source.config.vocab_size));
-    check_model_file(o, in.source.config, in.data.vocab);
-    if (before_weights) before_weights(in.source.config);
+    if constexpr (std::is_same_v<Config, GPTConfig>) {
+        if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
+        in.source = read_model_file(o.init_from);
+        in.source.config = o.with_choices(in.source.config);
+        in.data = load_data(o, train_tokens_needed, token_data_vocab(o, in.source.config.vocab_size));
+        check_model_file(o, in.source.config, in.data.vocab);
+        if (before_weights) before_weights(in.source.config);
+    }
     return in;
 }
 

@@ -10,13 +10,16 @@
 #include <string>
 
 #include "snug/nn/gpt_config.hpp"
+#include "snug/train/arch.hpp"
 #include "snug/train/run_spec.hpp"
 
 namespace snug {
 
 struct TrainOptions {
-    // The model: a preset, a shape, or a file (init_from: llm.c .bin or a Hugging Face directory).
-    std::string model;        // preset name (d12, 124M, ...); empty: layers / heads / channels
+    // The model: its family, a preset, a shape, or a file (init_from: llm.c .bin or a Hugging Face
+    // GPT-2 directory).
+    Arch arch = Arch::gpt2;   // the family (train/arch.hpp)
+    std::string model;        // preset name (d12, 124M, ...; Llama: tiny, 60M, ...); empty: layers / heads / channels
     int layers = 2, heads = 4, channels = 128;
     int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
     std::string init_from;
@@ -72,24 +75,19 @@ struct TrainOptions {
     std::string state_path() const {
         return out.empty() ? std::string() : (std::filesystem::path(out) / "state.snug").string();
     }
-    // The shape asked for: the preset, or layers / heads / channels (vocabulary
+    // The shape asked for, of the family `Config` (GPTConfig, LlamaConfig:
+    // train/arch.hpp): the preset, or layers / heads / channels (vocabulary
     // and context come later), computing as with_choices says.
-    GPTConfig shape() const {
-        GPTConfig c = model.empty() ? GPTConfig{} : GPTConfig::preset(model);
-        if (model.empty()) {
-            c.n_layer = layers;
-            c.n_head = heads;
-            c.channels = channels;
-        }
-        return with_choices(c);
+    template <class Config = GPTConfig>
+    Config shape() const {
+        return with_choices(shape_for(std::type_identity<Config>{}, model, layers, heads, channels));
     }
 
     // A model (fresh, or read from a file) computing as this run asks: its
     // attention kind and classifier chunk, which are not part of the shape.
-    GPTConfig with_choices(GPTConfig c) const {
-        c.attention = attention;
-        c.classifier_chunk = classifier_chunk;
-        return c;
+    template <class Config>
+    Config with_choices(Config c) const {
+        return with_run_choices(std::move(c), attention, classifier_chunk);
     }
 };
 

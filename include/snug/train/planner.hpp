@@ -34,6 +34,7 @@
 #include "snug/nn/gpt_config.hpp"
 #include "snug/meter/device.hpp"
 #include "snug/nn/activation_peak.hpp"
+#include "snug/nn/causal_lm.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/nn/model_of.hpp"
 #include "snug/nn/layer_stack.hpp"
@@ -494,14 +495,26 @@ template <class Config>
 using DepthFamily = std::function<Config(int depth)>;
 using ModelFamily = DepthFamily<GPTConfig>;
 
-// llm.c's and snug's "dN" family: L = d blocks, C = 64 d channels, NH = d heads
-// (head size 64); vocabulary and context from `like`.
-inline ModelFamily gpt_depth_family(const GPTConfig& like) {
+// The family of depths of a model like `like` (--plan's "largest model").
+// GPT: llm.c's and snug's "dN" family: L = d blocks, C = 64 d channels, NH = d
+// heads (head size 64); vocabulary and context from `like`.
+inline ModelFamily depth_family(const GPTConfig& like) {
     return [like](int depth) {
         GPTConfig c = like;
         c.n_layer = depth;
         c.n_head = depth;
         c.channels = 64 * depth;
+        return c;
+    };
+}
+
+// A CausalLM: its blocks as they are, d of them.
+template <class Family>
+DepthFamily<CausalLMConfig<Family>> depth_family(const CausalLMConfig<Family>& like) {
+    return [like](int depth) {
+        CausalLMConfig<Family> c = like;
+        c.n_layer = depth;
+        if constexpr (requires { c.block.layers; }) c.block.layers = depth;  // the residual init's depth
         return c;
     };
 }

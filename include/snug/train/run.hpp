@@ -1,8 +1,10 @@
-// The run loop: one GPT training run, top to bottom, that returns what it
-// measured instead of exiting (a program prints it, the VRAM ladder compares
-// runs) and tells a Report (report.hpp) each event as it happens.
+// The run loop: one training run of a model of any family the engine builds
+// (GPT-2, Llama: train/arch.hpp; the model is model_of<Config, Act, Dev>), top
+// to bottom, that returns what it measured instead of exiting (a program
+// prints it, the VRAM ladder compares runs) and tells a Report (report.hpp)
+// each event as it happens.
 //
-// train<Dev, Precision>(options, data, model source, device, report, tokenizer, ranks, communicator):
+// train<Dev, Precision, Config>(options, data, model source, device, report, tokenizer, ranks, communicator):
 //   the output directories made first (prepare_output_directories), the
 //   session (the budget), the model, the token buffers, TrainStep;
 //   data parallel over `ranks` (dist/ranks.hpp): each rank trains on its rows of
@@ -14,7 +16,8 @@
 //   (JSON line + report.progress), validation at the interval, the state saved every
 //   save_every updates and when a stop is asked for (Ctrl-C, stop_after);
 //   the end: the summary, the state and model files asked for, a sample.
-// run_training<Dev>(...) picks the precision type from options.run;
+// run_training<Dev>(...) picks the precision type from options.run (the
+// family from the model source's config type);
 // run_evaluation<Dev>(...) only evaluates a model (--eval-only).
 #pragma once
 
@@ -96,9 +99,12 @@ inline void install_stop_handler() {
 // checkpoint policy (recomputation gives the same gradients bit for bit, so
 // a run may move to a smaller card with --checkpoint auto and continue).
 // The optimizer's settings are checked by load_training_state itself.
-inline nlohmann::json run_identity(const TrainOptions& o, const GPTConfig& c, int ranks = 1) {
-    return {{"ranks", ranks},{"layers", c.n_layer},         {"heads", c.n_head},       {"channels", c.channels},
-            {"vocab", c.vocab_size},       {"context", c.max_seq_len}, {"precision", o.run.precision_name()},
+template <class Config>
+nlohmann::json run_identity(const TrainOptions& o, const Config& config, int ranks = 1) {
+    const ModelSummary c = model_summary(config);
+    return {{"ranks", ranks},              {"arch", c.family},         {"layers", c.layers},
+            {"heads", c.heads},            {"channels", c.channels},   {"vocab", c.vocab},
+            {"context", c.context},        {"precision", o.run.precision_name()},
             {"batch", o.run.micro_batch},  {"seq", o.run.seq},         {"accum", o.run.accumulation},
             {"optimizer_state", std::string(moment_storage_name(o.run.moments))},
             {"master", std::string(master_storage_name(o.run.master))},
@@ -113,8 +119,10 @@ inline void check_resume_identity(const std::string& path, const std::string& sa
     } catch (const nlohmann::json::exception&) {
         throw FileError(path + ": its run description is not JSON; was it written by train_gpt?");
     }
-    // A state saved before data parallelism was one process's.
+    // A state saved before data parallelism was one process's, and one saved
+    // before the engine took other families a GPT-2's.
     if (!saved.contains("ranks")) saved["ranks"] = 1;
+    if (!saved.contains("arch")) saved["arch"] = "gpt2";
     const auto is_layout = [](const std::string& key) { return key == "ranks" || key == "batch" || key == "accum"; };
     for (const auto& [key, value] : now.items()) {
         if (!saved.contains(key))
@@ -198,8 +206,11 @@ inline void prepare_output_directories(const TrainOptions& o) {
 }
 
 // The model files asked for at the end: --save-model (llm.c) and --export-hf.
-inline void write_model_files(const TrainOptions& o, const GPTConfig& config, const std::vector<float>& weights,
-                              Report& report) {
+// (Other families write none: check_model_files refuses the flags.)
+template <class Config>
+void write_model_files(const TrainOptions& o, const Config& config, const std::vector<float>& weights,
+                       Report& report) {
+    if constexpr (std::is_same_v<Config, GPTConfig>) {
     if (!o.save_model.empty()) {
         const io::LlmcVersion version = llmc_version(o.model_dtype);
         io::write_llmc_model(o.save_model, config, weights, version);
@@ -209,6 +220,7 @@ inline void write_model_files(const TrainOptions& o, const GPTConfig& config, co
     if (!o.export_hf.empty()) {
         io::export_hf_gpt2(o.export_hf, config, weights);
         report.file_written("model", o.export_hf + "/model.safetensors + config.json (Hugging Face GPT-2)");
+    }
     }
 }
 
@@ -252,16 +264,17 @@ inline void write_summary_json(const TrainOptions& o, const RunResult& r, const 
     report.file_written("metrics", o.out + "/metrics.jsonl, " + o.out + "/summary.json");
 }
 
-template <class Dev, class Precision>
-RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
+template <class Dev, class Precision, class Config>
+RunResult train(const TrainOptions& o, const TrainData& data, const ModelSourceOf<Config>& source,
+                const DeviceInfo& device, Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
                 dist::Ranks& ranks = dist::single_process(), dist::Communicator<Dev>* communicator = nullptr) {
-    using Model = GPT<typename Precision::compute_type, Dev>;
+    using Model = model_of<Config, typename Precision::compute_type, Dev>;
     // One step type per precision: the checkpoint policy of the options is
     // turned into its recompute plan here (checkpoint::Given), so a program
     // compiles three run loops, not one per precision and policy.
     using Step = TrainStep<Model, Precision, accumulate::Steps, checkpoint::Given>;
-    const GPTConfig& config = source.config;
+    const Config& config = source.config;
+    const ModelSummary summary = model_summary(config);
     const int B = o.run.micro_batch, T = o.run.seq, n = o.run.accumulation;
     const std::int64_t BT = std::int64_t{B} * T;
     const int N = ranks.size(), rank = ranks.rank();
@@ -275,15 +288,15 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
     try {
         // On the host a model too large for the machine fails in malloc:
         // name_allocation says what and how much instead of std::bad_alloc.
-        const auto P = static_cast<std::size_t>(config.num_parameters());
+        const auto P = static_cast<std::size_t>(summary.parameters);
         constexpr std::size_t act_bytes = sizeof(typename Precision::compute_type);
         std::optional<Model> model_storage;
         name_allocation("the model's parameters and fp32 gradients (" + std::to_string(P) + " parameters)",
                         P * (act_bytes + sizeof(float)), [&] { model_storage.emplace(config, s.tracker); });
         Model& model = *model_storage;
         model.load_weights(s.ctx.device, source.weights);
-        result.attention = attention_path<typename Model::value_type>(config.attention, s.ctx.device, B, T,
-                                                                     config.channels, config.n_head);
+        result.attention = attention_path<typename Model::value_type>(summary.attention, s.ctx.device, B, T,
+                                                                     summary.channels, summary.heads);
         report.attention(result.attention);
         Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
                                              "token ids");   // (n, B, T)
@@ -424,7 +437,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
         // MFU over all ranks' devices: the record's FLOPs are all ranks' tokens.
         auto peak = peak_flops(device.name, Precision::name);
         if (peak) *peak *= N;
-        const double flops_per_token = config.flops_per_token(T);
+        const double flops_per_token = summary.flops_per_token(T);
 
         // The first evaluation comes before the first update: it runs under
         // the plan the update will use (TrainStep applies it at its first step).
@@ -466,7 +479,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
             rec.tokens = r.tokens;
             rec.seconds = std::chrono::duration<double>(t1 - t0).count();
             rec.model_flops = flops_per_token * static_cast<double>(r.tokens);
-            rec.hardware_flops = rec.model_flops + recompute_flops_per_token(config, T, step.recompute_plan()) *
+            rec.hardware_flops = rec.model_flops + summary.recompute_flops_per_token(T, step.recompute_plan()) *
                                                        static_cast<double>(r.tokens);
             rec.peak_flops_per_second = peak;
             for (MemoryCategory c : all_memory_categories)
@@ -533,13 +546,13 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSource&
 
 // --eval-only: the validation loss of a model (--init-from, or a fresh one)
 // over --eval-batches windows of the validation data; nothing is trained.
-template <class Dev, class Act>
-int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSource& source, Report& report,
+template <class Dev, class Act, class Config>
+int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourceOf<Config>& source, Report& report,
                   const snug::data::Tokenizer* tokenizer) {
     const int B = o.run.micro_batch, T = o.run.seq;
     const std::int64_t BT = std::int64_t{B} * T;
     Session<Dev> s(o.budget_bytes);
-    GPT<Act, Dev> model(source.config, s.tracker);
+    model_of<Config, Act, Dev> model(source.config, s.tracker);
     model.load_weights(s.ctx.device, source.weights);
     Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(BT),
                                          "token ids");   // (B, T)
@@ -564,21 +577,21 @@ int evaluate_only(const TrainOptions& o, const TrainData& data, const ModelSourc
 
 // One training run on device Dev with the options' precision (the static
 // type) and checkpoint policy (its plan).
-template <class Dev>
-RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSource& source, const DeviceInfo& device,
-                       Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
+template <class Dev, class Config>
+RunResult run_training(const TrainOptions& o, const TrainData& data, const ModelSourceOf<Config>& source,
+                       const DeviceInfo& device, Report& report, const snug::data::Tokenizer* tokenizer = nullptr,
                        dist::Ranks& ranks = dist::single_process(), dist::Communicator<Dev>* communicator = nullptr) {
     return visit_precision(o.run.precision, [&]<class Precision>() {
-        return train<Dev, Precision>(o, data, source, device, report, tokenizer, ranks, communicator);
+        return train<Dev, Precision, Config>(o, data, source, device, report, tokenizer, ranks, communicator);
     });
 }
 
 // --eval-only on device Dev in the options' precision.
-template <class Dev>
-int run_evaluation(const TrainOptions& o, const TrainData& data, const ModelSource& source, Report& report,
+template <class Dev, class Config>
+int run_evaluation(const TrainOptions& o, const TrainData& data, const ModelSourceOf<Config>& source, Report& report,
                    const snug::data::Tokenizer* tokenizer = nullptr) {
     return visit_precision(o.run.precision, [&]<class Precision>() {
-        return evaluate_only<Dev, typename Precision::compute_type>(o, data, source, report, tokenizer);
+        return evaluate_only<Dev, typename Precision::compute_type, Config>(o, data, source, report, tokenizer);
     });
 }
 

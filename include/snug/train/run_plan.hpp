@@ -23,31 +23,35 @@ namespace snug {
 // (snug/train/run.hpp) allocates for the options' precision and shapes, before a recompute
 // plan is chosen (the input auto_recompute takes).
 // Under --zero a rank's: its shard of the optimizer's state (the largest).
-inline MemoryPlanInput plan_base(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
+template <class Config>
+PlanInput<Config> plan_base(const TrainOptions& o, const Config& config, const PlanTarget& target) {
     return plan_input_for(o.run.with_zero(o.zero_ranks()), config, target,
                           o.sample > 0 ? config.max_seq_len : 0);
 }
 
 // --checkpoint auto: the first plan in checkpoint::Budget's order whose whole
 // run the planner predicts within the memory budget (nullopt: no budget).
-inline std::optional<std::vector<Recompute>> auto_recompute_plan(const TrainOptions& o, const GPTConfig& config,
-                                                                 const PlanTarget& target) {
+template <class Config>
+std::optional<std::vector<Recompute>> auto_recompute_plan(const TrainOptions& o, const Config& config,
+                                                          const PlanTarget& target) {
     if (!o.budget_bytes) return std::nullopt;
     return auto_recompute(plan_base(o, config, target), *o.budget_bytes);
 }
 
 // The options' checkpoint policy as the plan it picks for the model; auto:
 // `automatic` (auto_recompute_plan's), or without a budget every activation kept.
-inline std::vector<Recompute> recompute_plan_of(const TrainOptions& o, const GPTConfig& config,
-                                                const std::optional<std::vector<Recompute>>& automatic) {
+template <class Config>
+std::vector<Recompute> recompute_plan_of(const TrainOptions& o, const Config& config,
+                                         const std::optional<std::vector<Recompute>>& automatic) {
     if (o.run.checkpoint != CheckpointKind::automatic)
         return recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
     return automatic.value_or(std::vector<Recompute>(static_cast<std::size_t>(config.n_layer), Recompute::none));
 }
 
 // plan_base with the options' checkpoint policy as its plan.
-inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config, const PlanTarget& target) {
-    MemoryPlanInput in = plan_base(o, config, target);
+template <class Config>
+PlanInput<Config> plan_input(const TrainOptions& o, const Config& config, const PlanTarget& target) {
+    PlanInput<Config> in = plan_base(o, config, target);
     const bool automatic = o.run.checkpoint == CheckpointKind::automatic;
     in.recompute = recompute_plan_of(o, config, automatic ? auto_recompute_plan(o, config, target) : std::nullopt);
     return in;
@@ -55,8 +59,8 @@ inline MemoryPlanInput plan_input(const TrainOptions& o, const GPTConfig& config
 
 // Before training: the predicted peak, the memory per sequence, and the
 // largest micro-batch the budget allows.
-inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device,
-                                  Report& report) {
+template <class Config>
+void report_memory_outlook(const TrainOptions& o, const Config& config, const DeviceInfo& device, Report& report) {
     report.memory_outlook(memory_outlook(plan_input(o, config, plan_target(device)), o.budget_bytes));
 }
 
@@ -67,8 +71,9 @@ inline void report_memory_outlook(const TrainOptions& o, const GPTConfig& config
 // OutOfMemory naming what is needed, what `room` allows (host_memory_room():
 // the available memory, the address-space limit) and the options that
 // shrink the run; nothing to check where the system says neither.
-inline void check_host_memory(const TrainOptions& o, const GPTConfig& config, const DeviceInfo& device,
-                              const HostMemoryRoom& room = host_memory_room()) {
+template <class Config>
+void check_host_memory(const TrainOptions& o, const Config& config, const DeviceInfo& device,
+                       const HostMemoryRoom& room = host_memory_room()) {
     const std::optional<std::size_t> can = room.least();
     if (!can) return;
     const auto refuse = [&](const std::string& need) {
@@ -78,7 +83,7 @@ inline void check_host_memory(const TrainOptions& o, const GPTConfig& config, co
                           "bf16, --checkpoint full, --optimizer-state int8 or --master none");
     };
     // The weights alone first: planning a model far too large takes minutes.
-    const std::size_t weights = static_cast<std::size_t>(config.num_parameters()) * sizeof(float);
+    const std::size_t weights = static_cast<std::size_t>(model_summary(config).parameters) * sizeof(float);
     if (weights > *can) refuse("at least " + format_bytes(weights) + " of host memory (its fp32 initial weights alone)");
     const MemoryPlan plan = predict_memory(plan_input(o, config, plan_target(device)));
     const std::size_t on_host = device.cuda ? 0 : plan.required;
@@ -98,21 +103,24 @@ inline void check_host_memory(const TrainOptions& o, const GPTConfig& config, co
 // shape's depth family. Nothing is allocated.
 inline constexpr int max_zero_ranks = 64;  // --plan's ZeRO-1 search: 2, 4, ..., this many ranks
 
-inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
+template <class Config = GPTConfig>
+int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& report) {
     if (!o.budget_bytes) throw ConfigError("--plan needs a memory budget (--vram-budget 12GiB, say), not 'none'");
+    check_model_files<Config>(o);
     PlanAnswer answer;
-    GPTConfig config;
-    if (o.init_from.empty()) {
-        config = o.shape().with_vocab(o.vocab != 0 ? o.vocab : data_vocab(o)).with_context(o.run.seq);
-    } else {
-        config = o.with_choices(read_model_file(o.init_from).config);
+    Config config;
+    if constexpr (std::is_same_v<Config, GPTConfig>) {
+        if (!o.init_from.empty()) {
+            config = o.with_choices(read_model_file(o.init_from).config);
+            config.validate();
+        }
     }
-    config.validate();
+    if (o.init_from.empty()) config = fresh_config<Config>(o, o.vocab != 0 ? o.vocab : data_vocab(o));
     answer.model = model_summary(config);
     answer.device = device;
     answer.budget = *o.budget_bytes;
     answer.run = o.run.with_zero(o.zero_ranks());
-    const MemoryPlanInput in = plan_input(o, config, plan_target(device));
+    const PlanInput<Config> in = plan_input(o, config, plan_target(device));
     answer.asked = memory_outlook(in, answer.budget);
     answer.fastest = plan_for_budget(in, o.run.micro_batch * o.run.accumulation, answer.budget);
     // Nothing fits even fully checkpointed: the optimizer's state is next,
@@ -120,14 +128,14 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     const int wanted = o.run.micro_batch * o.run.accumulation;
     const RunSpec lean = o.run.with_lean_optimizer();
     if (!answer.fastest.fits && !o.run.offload && lean.optimizer_flags() != o.run.optimizer_flags()) {
-        MemoryPlanInput lean_in = in;
+        PlanInput<Config> lean_in = in;
         lean_in.moments = lean.moments;
         lean_in.master = lean.master;
         answer.lean_run = lean;
         answer.lean = plan_for_budget(lean_in, wanted, answer.budget);
     }
     if (!answer.fastest.fits && !o.run.offload && !(answer.lean && answer.lean->fits)) {
-        MemoryPlanInput offload_in = in;
+        PlanInput<Config> offload_in = in;
         offload_in.offload = true;
         answer.offload_run = o.run.with_offload();
         answer.offloaded = plan_for_budget(offload_in, wanted, answer.budget);
@@ -136,17 +144,17 @@ inline int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Rep
     // shard of the run's own optimizer state (ZeRO-1), fit it on cards of the budget.
     if (!answer.fastest.fits && !o.run.offload && answer.run.zero_ranks == 1) {
         for (int ranks = 2; ranks <= max_zero_ranks; ranks *= 2) {
-            MemoryPlanInput zero_in = in;
+            PlanInput<Config> zero_in = in;
             zero_in.zero_ranks = ranks;
             answer.zero_run = o.run.with_zero(ranks);
             answer.zero = plan_for_budget(zero_in, wanted, answer.budget);
             if (answer.zero->fits) break;
         }
     }
-    MemoryPlanInput one = in;
+    PlanInput<Config> one = in;
     one.micro_batch = 1;
     one.accumulation = 1;
-    answer.largest = largest_model_that_fits(gpt_depth_family(config), one, answer.budget);
+    answer.largest = largest_model_that_fits(depth_family(config), one, answer.budget);
     report.plan(answer);
     return 0;
 }

@@ -107,9 +107,10 @@ struct RunSpec {
 // reservations), the sampling window; the
 // recompute plan of a named policy (--checkpoint auto's plan depends on a
 // byte budget: see plan_input in snug/train/run_plan.hpp).
-inline MemoryPlanInput plan_input_for(const RunSpec& spec, const GPTConfig& config, const PlanTarget& target,
-                                     int sampling_window) {
-    MemoryPlanInput in;
+template <class Config>
+PlanInput<Config> plan_input_for(const RunSpec& spec, const Config& config, const PlanTarget& target,
+                                 int sampling_window) {
+    PlanInput<Config> in;
     in.model = config;
     in.precision = spec.precision;
     in.micro_batch = spec.micro_batch;
