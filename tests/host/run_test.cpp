@@ -364,3 +364,11 @@ TEST_CASE("run: model files hold a GPT-2, so a Llama run refuses them by flag be
     CHECK_THROWS_WITH(snug::check_model_files<snug::LlamaConfig>(o), Catch::Contains("--export-hf"));
     CHECK_NOTHROW(snug::check_model_files<snug::GPTConfig>(o));
 }
+
+TEST_CASE("run: --checkpoint selective for a Llama is refused by name, its blocks cannot recompute selectively") {
+    snug::TrainOptions o = llama_options();
+    o.run.checkpoint = snug::CheckpointKind::selective;
+    snug::Report silent;
+    CHECK_THROWS_WITH(train_llama(o, silent), Catch::Contains("--checkpoint selective") &&
+                                                  Catch::Contains("llama") && Catch::Contains("full, every:K or auto"));
+}

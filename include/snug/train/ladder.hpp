@@ -63,7 +63,7 @@ namespace snug {
 struct LadderOptions {
     std::string out;                     // ladder.csv, ladder.json (empty: the terminal table only)
     std::optional<PrecisionKind> mixed;  // rung 2's precision: bf16 or fp16 (nullopt: auto, bf16)
-    CheckpointKind checkpoint = CheckpointKind::selective;  // rung 4's policy
+    CheckpointKind checkpoint = CheckpointKind::selective;  // rung 4's policy (full for blocks that cannot recompute selectively)
     // tools/plot_ladder.py, run with python3 after ladder.json is written
     // (empty: no plots; the examples set it to the source tree's copy).
     std::string plot_script;
@@ -226,14 +226,19 @@ std::vector<LadderRung> run_ladder(const TrainOptions& base, const LadderOptions
         rungs.push_back(skipped);
     }
 
-    // 4: checkpointing on rung 3's micro-batch; 4b: the larger micro-batch it allows.
-    rungs.push_back(make("4 checkpoint", mixed, base3.options.run.micro_batch, base3.options.run.accumulation, T, lo.checkpoint));
+    // 4: checkpointing on rung 3's micro-batch; 4b: the larger micro-batch it
+    // allows. Selective where the family's blocks recompute selectively,
+    // full where they do not (a Llama's).
+    const CheckpointKind rung4 = lo.checkpoint == CheckpointKind::selective && !config_recomputes_selectively<Config>()
+                                     ? CheckpointKind::full
+                                     : lo.checkpoint;
+    rungs.push_back(make("4 checkpoint", mixed, base3.options.run.micro_batch, base3.options.run.accumulation, T, rung4));
     run(rungs.back());
     LadderRung kept = base3;
-    const int B4 = largest_fitting(mixed, T, wanted, lo.checkpoint);
+    const int B4 = largest_fitting(mixed, T, wanted, rung4);
     std::string rule;
     if (B4 > base3.options.run.micro_batch) {
-        rungs.push_back(make("4b checkpoint, larger B", mixed, B4, wanted / B4, T, lo.checkpoint));
+        rungs.push_back(make("4b checkpoint, larger B", mixed, B4, wanted / B4, T, rung4));
         run(rungs.back());
         const LadderRung& r4b = rungs.back();
         if (!base3.fits || (r4b.ran && tokens_per_second(r4b) > keep_margin * tokens_per_second(base3))) {

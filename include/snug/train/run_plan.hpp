@@ -43,6 +43,9 @@ std::optional<std::vector<Recompute>> auto_recompute_plan(const TrainOptions& o,
 template <class Config>
 std::vector<Recompute> recompute_plan_of(const TrainOptions& o, const Config& config,
                                          const std::optional<std::vector<Recompute>>& automatic) {
+    if (o.run.checkpoint == CheckpointKind::selective && !config_recomputes_selectively<Config>())
+        throw ConfigError("--checkpoint selective: a " + model_summary(config).family +
+                          " model's blocks cannot recompute selectively; use full, every:K or auto");
     if (o.run.checkpoint != CheckpointKind::automatic)
         return recompute_plan_for(o.run.checkpoint_name(), config.n_layer);
     return automatic.value_or(std::vector<Recompute>(static_cast<std::size_t>(config.n_layer), Recompute::none));
