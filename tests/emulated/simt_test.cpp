@@ -6,7 +6,8 @@
 // by every live thread, warp collectives whose mask leaves out the caller or
 // names lanes that never arrive, shuffles that read outside their mask, one
 // block_shared type claimed twice, __trap, a misaligned cp.async; with the
-// shared-memory checker (Clang builds with SNUG_EMULATED_CHECKS), reads of unwritten shared memory and races. Expected
+// shared-memory checker (Clang builds with SNUG_EMULATED_CHECKS), reads of unwritten shared memory and races,
+// through loads and stores and through struct copies. Expected
 // values come from the CUDA Programming Guide's definitions, written out here.
 #include <catch2/catch.hpp>
 
@@ -330,6 +331,60 @@ __global__ void zeroed_histogram_kernel(int* out) {
     atomicAdd(&bins[threadIdx.x % 4], 1);
     __syncthreads();
     if (threadIdx.x < 4) out[threadIdx.x] = bins[threadIdx.x];
+}
+
+// Rows of 32 bytes, which Clang copies with llvm.memcpy (the checker sees
+// those through its copy hooks: shared_check.hpp).
+struct Row {
+    float v[8];
+};
+
+struct Rows {
+    Row rows[64];
+    Row zeros[64];
+    Row moved[64];
+};
+
+// Correct: each thread writes its rows by struct assignment, by zeroing and
+// by std::memmove, then after the barrier reads another warp's row element
+// by element and copies it out whole.
+__global__ void row_copies_kernel(Row* out, float* sums, const Row* in) {  // (64)
+    auto& s = block_shared<Rows>();
+    const unsigned t = threadIdx.x, j = (t + 32) % 64;
+    s.rows[t] = in[t];
+    s.zeros[t] = Row{};
+    std::memmove(&s.moved[t], &in[t], sizeof(Row));
+    __syncthreads();
+    float sum = 0.0f;
+    for (int k = 0; k < 8; ++k) sum += s.rows[j].v[k] + s.zeros[j].v[k] - s.moved[j].v[k];
+    sums[t] = sum;
+    out[t] = s.rows[j];
+}
+
+// Broken: copies out rows no thread wrote. The line the report must name:
+constexpr unsigned unwritten_row_copy_line = __LINE__ + 3;
+__global__ void unwritten_row_copy_kernel(Row* out) {  // (64)
+    auto& s = block_shared<Rows>();
+    out[threadIdx.x] = s.rows[threadIdx.x];
+}
+
+// Broken: copies out the other warp's row with only __syncwarp between (it
+// orders the warp's own lanes). The lines the report must name:
+constexpr unsigned row_race_write_line = __LINE__ + 4, row_race_read_line = __LINE__ + 6;
+__global__ void row_copy_race_kernel(Row* out, const Row* in) {  // (64)
+    auto& s = block_shared<Rows>();
+    const unsigned t = threadIdx.x;
+    s.rows[t] = in[t];
+    __syncwarp();
+    out[t] = s.rows[(t + 32) % 64];
+}
+
+// Broken: both warps copy into the same rows between barriers.
+constexpr unsigned row_write_race_line = __LINE__ + 3;
+__global__ void row_copy_write_race_kernel(const Row* in) {  // (64)
+    auto& s = block_shared<Rows>();
+    s.rows[threadIdx.x % 32] = in[threadIdx.x];
+    __syncthreads();
 }
 #endif
 
@@ -703,5 +758,50 @@ TEST_CASE("the checker accepts accesses ordered by barriers and warp collectives
     DeviceArray<int> out(64);
     launch<ordered_by_barriers_kernel>(1, 64, 0, nullptr, out.p);
     for (int v : out.get()) CHECK(v == 3);
+}
+
+// Struct copies (llvm.memcpy), zeroing (memset) and std::memmove into and
+// out of shared memory are seen (issue 39, hole 1): before, the correct kernel
+// was reported (its element reads found rows no load had written) and the
+// broken ones were not.
+TEST_CASE("the checker accepts rows written by struct copies and read after the barrier", "[emulated][checker]") {
+    DeviceArray<Row> in(64), out(64);
+    DeviceArray<float> sums(64);
+    std::vector<Row> rows(64);
+    for (std::size_t t = 0; t < 64; ++t)
+        for (std::size_t k = 0; k < 8; ++k) rows[t].v[k] = static_cast<float>(t) + 0.125f * static_cast<float>(k);
+    snug::cuda::check(cudaMemcpy(in.p, rows.data(), 64 * sizeof(Row), cudaMemcpyHostToDevice));
+    launch<row_copies_kernel>(1, 64, 0, nullptr, out.p, sums.p, in.p);
+    const std::vector<Row> got = out.get();
+    const std::vector<float> s = sums.get();
+    for (std::size_t t = 0; t < 64; ++t) {
+        CHECK(std::memcmp(&got[t], &rows[(t + 32) % 64], sizeof(Row)) == 0);
+        CHECK(s[t] == 0.0f);
+    }
+}
+
+TEST_CASE("detector: a struct copy out of shared memory no thread wrote", "[emulated][fault][checker]") {
+    DeviceArray<Row> out(64);
+    const std::string m = fault_of([&] { launch<unwritten_row_copy_kernel>(1, 64, 0, nullptr, out.p); });
+    CHECK_THAT(m, Contains("unwritten_row_copy_kernel") && Contains("thread (0, 0, 0)") &&
+                      Contains("no thread of the block has written") &&
+                      Contains("simt_test.cpp:" + std::to_string(unwritten_row_copy_line) + " "));
+}
+
+TEST_CASE("detector: struct copies racing on shared memory", "[emulated][fault][checker]") {
+    DeviceArray<Row> in(64), out(64);
+    const std::string read = fault_of([&] { launch<row_copy_race_kernel>(1, 64, 0, nullptr, out.p, in.p); });
+    CHECK_THAT(read, Contains("row_copy_race_kernel") && Contains("thread (0, 0, 0)") &&
+                         Contains("race on shared memory: reads at simt_test.cpp:" +
+                                  std::to_string(row_race_read_line) + " ") &&
+                         Contains("what thread (32, 0, 0) wrote at simt_test.cpp:" +
+                                  std::to_string(row_race_write_line) + " "));
+    DeviceArray<Row> in2(64);  // after the reset
+    const std::string write = fault_of([&] { launch<row_copy_write_race_kernel>(1, 64, 0, nullptr, in2.p); });
+    CHECK_THAT(write, Contains("row_copy_write_race_kernel") && Contains("thread (32, 0, 0)") &&
+                          Contains("race on shared memory: writes at simt_test.cpp:" +
+                                   std::to_string(row_write_race_line) + " ") &&
+                          Contains("what thread (0, 0, 0) wrote at simt_test.cpp:" +
+                                   std::to_string(row_write_race_line) + " "));
 }
 #endif

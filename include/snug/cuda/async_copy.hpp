@@ -72,6 +72,9 @@ SNUG_EMULATED_UNTRACED void cp_async_wait() {
         if (c.group >= 0 && c.group < landed_below) {
             if constexpr (emulated::shared_checks)
                 block.note_shared_access(t, c.dst, c.bytes, true, false, __builtin_return_address(0));
+            // The copy is the emulator's, noted above at the wait's caller
+            // (the checker sees memcpy whatever SNUG_EMULATED_UNTRACED says).
+            const EmulatorScope emulator;
             std::memcpy(c.dst, c.data, c.bytes);
         } else {
             t.async_copies[kept++] = c;

@@ -28,7 +28,8 @@
 //   - shared memory over the device's limits, or one block_shared<S>() type
 //     claimed at two places of a kernel (on the device they share one object);
 //   - with the shared-memory checker (shared_check.hpp): a read of shared
-//     memory no thread wrote, and races between barriers.
+//     memory no thread wrote, and races between barriers (by loads and
+//     stores, and by copies: struct assignments, memcpy, memset).
 // Shared memory from block_shared / dynamic_shared is a fresh allocation per
 // block, filled with 0xFF bytes (NaN in every float type), so that a kernel
 // reading what it never wrote computes NaN, and AddressSanitizer sees any
@@ -58,9 +59,12 @@
 #include "snug/cuda/emulated/types.hpp"
 #include "snug/cuda/limits.hpp"
 
-// SNUG_EMULATED_UNTRACED keeps a function out of the shared-memory checker's
-// instrumentation (shared_check.hpp): for the emulator's own accesses made on
-// a thread's behalf. Only Clang instruments; elsewhere it is empty.
+// SNUG_EMULATED_UNTRACED keeps a function's loads and stores out of the
+// shared-memory checker's instrumentation (shared_check.hpp): for the
+// emulator's own accesses made on a thread's behalf. Its copies (memcpy,
+// memset, struct assignments) still reach the checker, through
+// AddressSanitizer's hooks: make those inside an EmulatorScope. Only Clang
+// instruments; elsewhere it is empty.
 #if defined(__clang__)
 #define SNUG_EMULATED_UNTRACED [[clang::no_sanitize("coverage")]]
 #else
