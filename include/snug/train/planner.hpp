@@ -59,7 +59,7 @@ std::size_t activation_peak(const Config& c, PrecisionKind precision, int B, int
 // (Recompute::selective; GPT's do).
 template <class Config>
 constexpr bool config_recomputes_selectively() {
-    return model_of<Config, float, Meter>::supports_selective();
+    return recomputes_selectively<model_of<Config, float, Meter>>();
 }
 
 // What training `Model` (any device; a MeterableModel such as GPT or a
