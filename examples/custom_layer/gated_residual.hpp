@@ -1,240 +1,133 @@
-// GatedResidual<Act, D>: a block written outside snug, the way a user writes
-// one so that snug's policies can wrap it and snug::CausalLM can make a model
-// of it. Copy this file as the template for
-// your own layer; the pieces, top to bottom:
-//
-//   1. The math, once:  y = x + (x ⊙ s) ⊙ w   with   s = sigmoid(x ⊙ g),
-//      g and w per-channel parameters (C). A helper both backends share.
-//   2. Its kernels, one overload per device tag: a plain loop for snug::Host,
-//      nothing for snug::Meter (the device the planner measures memory on),
-//      a __global__ kernel for snug::Cuda, started by snug::cuda::launch
-//      (compiled by nvcc, or by the host compiler for the emulated CUDA
-//      backend, which runs it on the CPU with its faults checked). The layer
-//      calls them unqualified with ctx.device first, so overloading on the tag
-//      picks the backend, as snug's own kernels are picked.
-//   3. The block class, which models snug::Layer: its forward saves s in
-//      ctx.activations, its backward pops it. That contract is what lets
-//      snug::LayerStack checkpoint it (Recompute::full replays the forward;
-//      the arena's accounting lets the budget policy plan memory). It also
-//      offers set_selective(): in that mode it saves nothing and recomputes s
-//      from the input in backward — which makes it a snug::SelectiveLayer, so
-//      checkpoint::Selective and Budget can use it. It declares its tensors
-//      into the model's registry and is bound to the model's buffers.
-//   4. The family: what snug::CausalLM needs to build the whole model around
-//      the blocks (static_assert below: snug::CausalLMFamily).
-//
-// Numerics: activations are Act (float, snug::bfloat16, snug::half), all math
-// is fp32, parameter gradients accumulate into fp32 buffers. s is rounded to
-// Act before it is used, whether it was saved or recomputed, so every
-// recompute mode gives the same bits.
+// GatedResidual<Act, D>: a block written outside snug, and TinyFamily, which
+// makes snug::CausalLM<TinyFamily, Act, D> a whole model of it; copy it as the
+// template for your own layer. 1. The math, once for both backends:
+// y = x + (x s) w, s = sigmoid(x g), g and w per-channel parameters (C).
+// 2. Its kernels, one overload per device tag (snug::Host: a loop; snug::Cuda:
+// __global__ kernels, which the emulated backend runs on the CPU, faults
+// checked; snug::Meter, where the planner measures memory: nothing); the block
+// calls them with ctx.device first, so overloading picks the backend. 3. The
+// block, a snug::Layer: forward saves s on ctx.activations, backward pops it
+// (so snug::LayerStack can checkpoint it); selective mode keeps nothing and
+// recomputes s. 4. The family. The math is fp32; s is rounded to Act whether
+// saved or recomputed, so every recompute mode gives the same bits.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "snug/core/config.hpp"
-#include "snug/core/device.hpp"
-#include "snug/core/error.hpp"
-#include "snug/core/tensor.hpp"
-#include "snug/meter/device.hpp"
-#include "snug/nn/context.hpp"
-#include "snug/nn/family.hpp"
-#include "snug/nn/layer.hpp"
-#include "snug/nn/layer_stack.hpp"
-#include "snug/nn/model_identity.hpp"
-#include "snug/nn/parameters.hpp"
-#include "snug/nn/rmsnorm.hpp"
-
+#include "snug/snug.hpp"
 #if defined(SNUG_CUDA_BACKEND)
-#include "snug/cuda/device.hpp"
 #include "snug/cuda/launch.hpp"
-#include "snug/cuda/shared_memory.hpp"
 #endif
 
 namespace tiny {
 
-// ---- 1. The math, shared by both backends ----------------------------------
+// ---- 1. The math, for both backends ------------------------------------------
+// x, y, saved (s, or null when not kept), dy, dx: (N, C); g, w: (C); dg, dw: (C) fp32.
 
-// s = sigmoid(x g), rounded to T (the value forward saves, or backward
-// recomputes: the same bits either way).
+// s = sigmoid(x g), rounded to T: the same bits saved or recomputed.
 template <class T>
 SNUG_HD float gate(float x, float g) {
     return static_cast<float>(T(1.0f / (1.0f + std::exp(-x * g))));
 }
 
-// One element of the backward: dx, and the contributions to dg and dw.
-struct GateGrads {
-    float dx, dg, dw;
-};
-SNUG_HD GateGrads gate_grads(float dy, float x, float s, float g, float w) {
-    const float ds = s * (1.0f - s);  // sigmoid'
-    return {dy * (1.0f + w * (s + x * g * ds)), dy * w * x * x * ds, dy * x * s};
+// Element i = n C + c of the forward.
+template <class T>
+SNUG_HD void gate_forward_at(std::int64_t i, int C, T* y, T* saved, const T* x, const T* g, const T* w) {
+    const int c = static_cast<int>(i % C);
+    const float xv = static_cast<float>(x[i]), s = gate<T>(xv, static_cast<float>(g[c]));
+    if (saved != nullptr) saved[i] = T(s);
+    y[i] = T(xv + xv * s * static_cast<float>(w[c]));
+}
+
+// Channel c of the backward: dx of every row (overwritten); dg[c], dw[c] +=
+// the channel's gradients, summed over the rows in order (deterministic).
+template <class T>
+SNUG_HD void gate_backward_channel(int c, std::int64_t N, int C, T* dx, float* dg, float* dw, const T* dy,
+                                   const T* x, const T* saved, const T* g, const T* w) {
+    const float gc = static_cast<float>(g[c]), wc = static_cast<float>(w[c]);
+    float sum_g = 0.0f, sum_w = 0.0f;
+    for (std::int64_t i = c; i < N * C; i += C) {
+        const float xv = static_cast<float>(x[i]), d = static_cast<float>(dy[i]);
+        const float s = saved != nullptr ? static_cast<float>(saved[i]) : gate<T>(xv, gc), ds = s * (1.0f - s);
+        dx[i] = T(d * (1.0f + wc * (s + xv * gc * ds)));
+        sum_g += d * wc * xv * xv * ds;
+        sum_w += d * xv * s;
+    }
+    dg[c] += sum_g;
+    dw[c] += sum_w;
 }
 
 // ---- 2. The kernels, one overload per device tag ----------------------------
 
-// y = x + x s w, s = sigmoid(x g); s is stored in `saved` unless it is null.
 template <class T>
-void gated_residual_forward(const snug::Host&, T* y,  // (N, C)
-                            T* saved,                 // (N, C) or nullptr
-                            const T* x,               // (N, C)
-                            const T* g,               // (C)
-                            const T* w,               // (C)
-                            std::int64_t N, int C) {
-    for (std::int64_t n = 0; n < N; ++n) {
-        for (int c = 0; c < C; ++c) {
-            const std::int64_t i = n * C + c;
-            const float xv = static_cast<float>(x[i]);
-            const float s = gate<T>(xv, static_cast<float>(g[c]));
-            if (saved != nullptr) saved[i] = T(s);
-            y[i] = T(xv + xv * s * static_cast<float>(w[c]));
-        }
-    }
-}
-
-// dx = dy ∂y/∂x (overwritten); dg, dw += their gradients (fp32). `saved` is
-// forward's s, or nullptr: recompute it from x.
-template <class T>
-void gated_residual_backward(const snug::Host&, T* dx,  // (N, C)
-                             float* dg,                 // (C) +=
-                             float* dw,                 // (C) +=
-                             const T* dy,               // (N, C)
-                             const T* x,                // (N, C)
-                             const T* saved,            // (N, C) or nullptr
-                             const T* g,                // (C)
-                             const T* w,                // (C)
-                             std::int64_t N, int C) {
-    for (std::int64_t n = 0; n < N; ++n) {
-        for (int c = 0; c < C; ++c) {
-            const std::int64_t i = n * C + c;
-            const float xv = static_cast<float>(x[i]), gc = static_cast<float>(g[c]);
-            const float s = saved != nullptr ? static_cast<float>(saved[i]) : gate<T>(xv, gc);
-            const GateGrads d = gate_grads(static_cast<float>(dy[i]), xv, s, gc, static_cast<float>(w[c]));
-            dx[i] = T(d.dx);
-            dg[c] += d.dg;
-            dw[c] += d.dw;
-        }
-    }
-}
-
-#if defined(SNUG_CUDA_BACKEND)
-
-// Grid-stride over the N C elements.
-template <class T>
-__global__ void gated_residual_forward_kernel(T* y, T* saved, const T* x, const T* g, const T* w, std::int64_t n,
-                                              int C) {
-    const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
-    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
-        const int c = static_cast<int>(i % C);
-        const float xv = static_cast<float>(x[i]);
-        const float s = gate<T>(xv, static_cast<float>(g[c]));
-        if (saved != nullptr) saved[i] = T(s);
-        y[i] = T(xv + xv * s * static_cast<float>(w[c]));
-    }
-}
-
-// A block is 32 channels (threadIdx.x) by 8 row lanes (threadIdx.y): each
-// thread walks every 8th row of its channel, writing dx and summing its dg, dw
-// in registers; the 8 lanes are then added in a fixed order, so the result is
-// deterministic (no atomics) and the same on every run.
-inline constexpr int gate_block_channels = 32;
-inline constexpr int gate_block_rows = 8;
-
-template <class T>
-__global__ void gated_residual_backward_kernel(T* dx, float* dg, float* dw, const T* dy, const T* x, const T* saved,
-                                               const T* g, const T* w, std::int64_t N, int C) {
-    const int c = blockIdx.x * gate_block_channels + threadIdx.x;
-    float sum_g = 0.0f, sum_w = 0.0f;
-    if (c < C) {
-        const float gc = static_cast<float>(g[c]), wc = static_cast<float>(w[c]);
-        for (std::int64_t n = threadIdx.y; n < N; n += gate_block_rows) {
-            const std::int64_t i = n * C + c;
-            const float xv = static_cast<float>(x[i]);
-            const float s = saved != nullptr ? static_cast<float>(saved[i]) : gate<T>(xv, gc);
-            const GateGrads d = gate_grads(static_cast<float>(dy[i]), xv, s, gc, wc);
-            dx[i] = T(d.dx);
-            sum_g += d.dg;
-            sum_w += d.dw;
-        }
-    }
-    // Shared memory through snug::cuda::block_shared, so that the emulated
-    // backend gives each block fresh, poisoned memory and checks it for races.
-    struct Parts {
-        float g[gate_block_rows][gate_block_channels];
-        float w[gate_block_rows][gate_block_channels];
-    };
-    Parts& parts = snug::cuda::block_shared<Parts>();
-    auto& part_g = parts.g;
-    auto& part_w = parts.w;
-    part_g[threadIdx.y][threadIdx.x] = sum_g;
-    part_w[threadIdx.y][threadIdx.x] = sum_w;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int r = 1; r < gate_block_rows; ++r) {
-            sum_g += part_g[r][threadIdx.x];
-            sum_w += part_w[r][threadIdx.x];
-        }
-        dg[c] += sum_g;
-        dw[c] += sum_w;
-    }
-}
-
-// The CUDA overloads: the same arguments, launched on the tag's stream.
-template <class T>
-void gated_residual_forward(const snug::Cuda& dev, T* y,  // (N, C)
-                            T* saved,                     // (N, C) or nullptr
-                            const T* x,                   // (N, C)
-                            const T* g,                   // (C)
-                            const T* w,                   // (C)
-                            std::int64_t N, int C) {
-    const std::int64_t n = N * C;
-    if (n == 0) return;
-    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096));
-    snug::cuda::launch<gated_residual_forward_kernel<T>>(blocks, 256, 0, dev.stream, y, saved, x, g, w, n, C);
+void gated_residual_forward(const snug::Host&, T* y, T* saved, const T* x, const T* g, const T* w, std::int64_t N,
+                            int C) {
+    for (std::int64_t i = 0; i < N * C; ++i) gate_forward_at(i, C, y, saved, x, g, w);
 }
 
 template <class T>
-void gated_residual_backward(const snug::Cuda& dev, T* dx,  // (N, C)
-                             float* dg,                     // (C) +=
-                             float* dw,                     // (C) +=
-                             const T* dy,                   // (N, C)
-                             const T* x,                    // (N, C)
-                             const T* saved,                // (N, C) or nullptr
-                             const T* g,                    // (C)
-                             const T* w,                    // (C)
-                             std::int64_t N, int C) {
-    if (N == 0 || C == 0) return;
-    const dim3 block(gate_block_channels, gate_block_rows);
-    const auto blocks = static_cast<unsigned>((C + gate_block_channels - 1) / gate_block_channels);
-    snug::cuda::launch<gated_residual_backward_kernel<T>>(blocks, block, 0, dev.stream, dx, dg, dw, dy, x, saved, g, w,
-                                                          N, C);
+void gated_residual_backward(const snug::Host&, T* dx, float* dg, float* dw, const T* dy, const T* x,
+                             const T* saved, const T* g, const T* w, std::int64_t N, int C) {
+    for (int c = 0; c < C; ++c) gate_backward_channel(c, N, C, dx, dg, dw, dy, x, saved, g, w);
 }
 
-#endif  // SNUG_CUDA_BACKEND
-
-// The snug::Meter overloads: nothing to compute. snug runs the model on the
-// metering device to measure its memory (snug/meter/device.hpp); a kernel
-// there only has to exist.
+// The planner's device: nothing to compute, a kernel there only has to exist.
 template <class... Args>
 void gated_residual_forward(const snug::Meter&, Args&&...) {}
 template <class... Args>
 void gated_residual_backward(const snug::Meter&, Args&&...) {}
 
+#if defined(SNUG_CUDA_BACKEND)
+
+template <class T>
+__global__ void gated_residual_forward_kernel(T* y, T* saved, const T* x, const T* g, const T* w, std::int64_t n,
+                                              int C) {
+    const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += stride)
+        gate_forward_at(i, C, y, saved, x, g, w);
+}
+
+// One thread per channel: simple, and the host's order of sums. (Faster:
+// split the rows across a block and add the parts in shared memory,
+// snug::cuda::block_shared, as snug's norms do.)
+template <class T>
+__global__ void gated_residual_backward_kernel(T* dx, float* dg, float* dw, const T* dy, const T* x, const T* saved,
+                                               const T* g, const T* w, std::int64_t N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) gate_backward_channel(c, N, C, dx, dg, dw, dy, x, saved, g, w);
+}
+
+template <class T>
+void gated_residual_forward(const snug::Cuda& dev, T* y, T* saved, const T* x, const T* g, const T* w,
+                            std::int64_t N, int C) {
+    if (N * C == 0) return;
+    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((N * C + 255) / 256, 4096));
+    snug::cuda::launch<gated_residual_forward_kernel<T>>(blocks, 256, 0, dev.stream, y, saved, x, g, w, N * C, C);
+}
+
+template <class T>
+void gated_residual_backward(const snug::Cuda& dev, T* dx, float* dg, float* dw, const T* dy, const T* x,
+                             const T* saved, const T* g, const T* w, std::int64_t N, int C) {
+    if (N == 0 || C == 0) return;
+    snug::cuda::launch<gated_residual_backward_kernel<T>>(static_cast<unsigned>((C + 63) / 64), 64, 0, dev.stream, dx,
+                                                          dg, dw, dy, x, saved, g, w, N, C);
+}
+
+#endif  // SNUG_CUDA_BACKEND
+
 // ---- 3. The block ------------------------------------------------------------
 
-// What one block needs to be built: its width.
-struct GatedShape {
-    int channels = 0;  // C
+struct GatedShape {  // what one block needs: its width
+    int channels = 0;   // C
 };
 
-//   Act: activation type (float, snug::bfloat16, snug::half; double for
-//        snug::check_gradients on the host)
-//   D:   device tag (snug::Host, snug::Cuda, snug::Meter)
-// Its two tensors, `<prefix>gate.weight` g (C, ones) and `<prefix>scale.weight`
-// w (C, small), are declared into the model's registry; bind() points the
+// Act: the activation type; D: the device tag. Its tensors g (C, ones) and
+// w (C, small) are declared into the model's registry; bind() points the
 // block at them once the model has allocated its buffers.
 template <class Act, snug::DeviceTag D>
 class GatedResidual {
@@ -298,11 +191,9 @@ private:
 
 // ---- 4. The family: the whole model around the blocks ------------------------
 
-// snug::CausalLM<TinyFamily, Act, D> is the model: token and learned position
-// embeddings, the GatedResidual blocks in a LayerStack (so every checkpoint
-// policy applies), a final RMSNorm, the head tied to the token embedding, the
-// loss. What CausalLM asks of a family is snug::CausalLMFamily
-// (snug/nn/family.hpp): miss a member and the compiler names it.
+// snug::CausalLM<TinyFamily, Act, D>: embeddings, the blocks in a LayerStack,
+// a final RMSNorm, the tied head, the loss. What it asks of a family is
+// snug::CausalLMFamily (snug/nn/family.hpp); a missing member is named.
 struct TinyFamily {
     using BlockShape = GatedShape;
     template <class Act, snug::DeviceTag D>
@@ -310,6 +201,8 @@ struct TinyFamily {
     template <class Act, snug::DeviceTag D>
     using FinalNorm = snug::RMSNorm<Act, D>;
     static int channels(const BlockShape& s) { return s.channels; }
+    // The block that --heads and --channels ask for (snug::train_main): its width.
+    static BlockShape block_shape(int /*heads*/, int channels) { return {channels}; }
     static constexpr bool learned_positions = true;
     static constexpr bool tied_head = true;
     // For state files: a state resumes only into a model of this family and width.

@@ -1,4 +1,3 @@
-// custom_layer_cuda: main.cpp built by nvcc. Under nvcc the program's
-// device tag is snug::Cuda, so the same TinyLM runs GatedResidual's CUDA
-// kernels and snug's CUDA kernels and cuBLASLt GEMMs. Exits 77 without a GPU.
+// main.cpp built by nvcc: the same program, which also runs on snug::Cuda
+// (--device cuda or auto), the block's CUDA kernels and snug's.
 #include "main.cpp"

@@ -591,6 +591,12 @@ TEST_CASE("the largest model of a family that fits, and one block deeper does no
     INFO(snug::format_model_fit(fit));
     CHECK(fit.depth == 3);
     CHECK(fit.next_depth_bytes == budget + 1);
+    CHECK_FALSE(fit.at_limit);
+    // Depth 5 with the search limited to 3: the limit, said as such.
+    const snug::ModelFit limited = snug::largest_model_that_fits(family, base, least_at(5), 3);
+    CHECK(limited.depth == 3);
+    CHECK(limited.at_limit);
+    CHECK_THAT(snug::format_model_fit(limited), Catch::Contains("the search stops at this depth"));
     MemoryPlanInput chosen = base;
     chosen.model = family(3);
     chosen.recompute = fit.recompute;

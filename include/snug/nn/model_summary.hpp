@@ -28,24 +28,29 @@ struct ModelSummary {
 
     // Model FLOPs per trained token at sequence length T (forward + backward),
     // the PaLM convention llm.c also uses: 6 N for the matmuls of N parameters
-    // plus 12·L·C·T for attention's QKᵀ and AV. Recomputation is not model
-    // FLOPs (it counts toward hardware FLOPs).
+    // plus 12·L·C·T for attention's QKᵀ and AV (where the blocks have heads).
+    // Recomputation is not model FLOPs (it counts toward hardware FLOPs).
     double flops_per_token(int T) const {
-        return 6.0 * matmul_parameters + 12.0 * layers * static_cast<double>(channels) * static_cast<double>(T);
+        return 6.0 * matmul_parameters + 3.0 * layers * attention_flops(T);
     }
 
     // FLOPs that recomputation adds per trained token at T under a recompute
     // plan (one mode per block): a block's forward for full, attention's for
     // selective.
     double recompute_flops_per_token(int T, std::span<const Recompute> modes) const {
-        const double attention_flops = 4.0 * static_cast<double>(channels) * static_cast<double>(T);
-        const double block_forward = 2.0 * static_cast<double>(block_parameters) + attention_flops;
+        const double block_forward = 2.0 * static_cast<double>(block_parameters) + attention_flops(T);
         double total = 0.0;
         for (Recompute m : modes) {
             if (m == Recompute::full) total += block_forward;
-            if (m == Recompute::selective) total += attention_flops;
+            if (m == Recompute::selective) total += attention_flops(T);
         }
         return total;
+    }
+
+    // One block's attention forward per token at T: QKᵀ and AV, 4·C·T
+    // (0 for blocks without heads).
+    double attention_flops(int T) const {
+        return heads > 0 ? 4.0 * static_cast<double>(channels) * static_cast<double>(T) : 0.0;
     }
 };
 

@@ -164,15 +164,31 @@ inline std::string format_budget_plan(const BudgetPlan& p) {
     return out + format_memory_plan(p.memory);
 }
 
+// "gpt2, 12 layers, 12 heads, 768 channels": the family (where it has a
+// name) and the shape, heads where the family's blocks say them.
+inline std::string format_model_shape(const ModelSummary& m) {
+    std::string s = m.family.empty() ? "" : m.family + ", ";
+    s += fmt::format("{} layers, ", m.layers);
+    if (m.heads > 0) s += fmt::format("{} heads, ", m.heads);
+    return s + fmt::format("{} channels", m.channels);
+}
+
+// ", flash attention": how the model's attention computes (nothing for a
+// family whose blocks have no heads).
+inline std::string format_attention(const ModelSummary& m) {
+    return m.heads > 0 ? fmt::format(", {} attention", attention_kind_name(m.attention)) : std::string();
+}
+
 // The largest model of a family that fits, in one line.
 inline std::string format_model_fit(const ModelFit& f) {
     std::string out = fmt::format("largest model for a budget of {} ({} bytes): ", format_bytes(f.budget), f.budget);
     if (f.depth == 0) return out + fmt::format("none; depth 1 needs at least {}\n", format_bytes(f.next_depth_bytes));
-    return out + fmt::format("depth {} ({} layers, {} heads, {} channels, {} parameters), checkpoint {}, predicted peak "
-                             "{}; depth {} needs at least {}\n",
-                             f.depth, f.model.layers, f.model.heads, f.model.channels, f.model.parameters,
-                             f.checkpoint, format_bytes(f.memory.required), f.depth + 1,
-                             format_bytes(f.next_depth_bytes));
+    ModelSummary shape = f.model;
+    shape.family.clear();
+    out += fmt::format("depth {} ({}, {} parameters), checkpoint {}, predicted peak {}; ", f.depth,
+                       format_model_shape(shape), f.model.parameters, f.checkpoint, format_bytes(f.memory.required));
+    if (f.at_limit) return out + "the search stops at this depth\n";
+    return out + fmt::format("depth {} needs at least {}\n", f.depth + 1, format_bytes(f.next_depth_bytes));
 }
 
 // ---- the ladder -----------------------------------------------------------------
@@ -275,11 +291,9 @@ public:
 
     void device(const DeviceInfo& d) override { line(fmt::format("device: {}", d.description)); }
     void model(const ModelSummary& m, int seq, const std::string& source) override {
-        line(fmt::format("model: {}{} layers, {} heads, {} channels, context {}, vocab {}, {} attention: {:.2f}M "
-                         "parameters, {:.3g} FLOPs/token; {}",
-                         m.family.empty() ? "" : m.family + ", ", m.layers, m.heads, m.channels, m.context, m.vocab,
-                         attention_kind_name(m.attention), static_cast<double>(m.parameters) / 1e6,
-                         m.flops_per_token(seq), source));
+        line(fmt::format("model: {}, context {}, vocab {}{}: {:.2f}M parameters, {:.3g} FLOPs/token; {}",
+                         format_model_shape(m), m.context, m.vocab, format_attention(m),
+                         static_cast<double>(m.parameters) / 1e6, m.flops_per_token(seq), source));
     }
     void data(const TrainData& d) override { line(fmt::format("data: {}", d.description)); }
     void attention(const std::string& path) override { line(fmt::format("attention: {}", path)); }
@@ -303,11 +317,9 @@ public:
     void memory_outlook(const MemoryOutlook& o) override { line(format_outlook(o)); }
     void plan(const PlanAnswer& p) override {
         line(fmt::format("device: {}; budget {}", p.device.description, format_bytes(p.budget)));
-        line(fmt::format("model: {}{} layers, {} heads, {} channels, context {}, vocab {} ({:.2f}M parameters), {}, {} "
-                         "attention, {}",
-                         p.model.family.empty() ? "" : p.model.family + ", ", p.model.layers, p.model.heads, p.model.channels, p.model.context, p.model.vocab,
-                         static_cast<double>(p.model.parameters) / 1e6, p.run.precision_name(),
-                         attention_kind_name(p.model.attention), p.run.optimizer_name()));
+        line(fmt::format("model: {}, context {}, vocab {} ({:.2f}M parameters), {}{}, {}", format_model_shape(p.model),
+                         p.model.context, p.model.vocab, static_cast<double>(p.model.parameters) / 1e6,
+                         p.run.precision_name(), format_attention(p.model), p.run.optimizer_name()));
         line(fmt::format("\nas asked (micro-batch {} x {}, checkpoint {}):\n{}{}", p.run.micro_batch, p.run.accumulation,
                          p.run.checkpoint_name(), format_outlook(p.asked), format_memory_plan(p.asked.plan)));
         line(fmt::format("\nfastest configuration for {} sequences of {} tokens per update:\n{}", p.fastest.wanted_batch,

@@ -89,6 +89,20 @@ inline LlamaConfig shape_for(std::type_identity<LlamaConfig>, const std::string&
     throw ConfigError("unknown Llama preset '" + preset + "' (valid: tiny, 60M, 130M, 350M, 1B)");
 }
 
+// A family of your own (train_main<Family>): `layers` blocks of
+// Family::block_shape(heads, channels); it has no presets.
+template <class Family>
+    requires requires(int h, int c) { Family::block_shape(h, c); }
+CausalLMConfig<Family> shape_for(std::type_identity<CausalLMConfig<Family>>, const std::string& preset, int layers,
+                                 int heads, int channels) {
+    if (!preset.empty())
+        throw ConfigError("--model " + preset + ": this family has no presets; give --layers, --heads and --channels");
+    CausalLMConfig<Family> c{};
+    c.n_layer = layers;
+    c.block = Family::block_shape(heads, channels);
+    return c;
+}
+
 // The shape with a vocabulary of `vocab` tokens (padded as the family pads)
 // and a context of `context` positions.
 inline GPTConfig sized_for(GPTConfig c, int vocab, int context) { return c.with_vocab(vocab).with_context(context); }

@@ -59,17 +59,21 @@ inline std::string choices(const std::vector<std::string>& names) {
     return text;
 }
 
-// The model's shape options; returns --model, which the shape options exclude.
-inline CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o) {
-    app.add_option_function<std::string>(
-           "--arch", [&o](const std::string& s) { o.arch = parse_arch(s, "--arch"); },
-           "the model's family: gpt2 (GPT-2: learned positions, LayerNorm, GELU MLP, tied head) or llama "
-           "(RoPE, RMSNorm, SwiGLU MLP, untied head)")
-        ->check(parsed_by([](const std::string& s) { return parse_arch(s, "--arch"); }, choices(arch_names())))
-        ->default_str("gpt2");
+// The model's shape options; returns --model, which the shape options
+// exclude. by_arch: the program trains GPT-2 and Llama, chosen by --arch
+// (false: one family of its own, which --model's presets do not name).
+inline CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o, bool by_arch = true) {
+    if (by_arch)
+        app.add_option_function<std::string>(
+               "--arch", [&o](const std::string& s) { o.arch = parse_arch(s, "--arch"); },
+               "the model's family: gpt2 (GPT-2: learned positions, LayerNorm, GELU MLP, tied head) or llama "
+               "(RoPE, RMSNorm, SwiGLU MLP, untied head)")
+            ->check(parsed_by([](const std::string& s) { return parse_arch(s, "--arch"); }, choices(arch_names())))
+            ->default_str("gpt2");
     auto* model_opt = app.add_option("--model", o.model,
-                                     "preset: gpt2: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M; "
-                                     "llama: tiny 60M 130M 350M 1B");
+                                     by_arch ? "preset: gpt2: d2 d4 d6 d12 d24 d36 d48 124M 350M 774M 1558M; "
+                                               "llama: tiny 60M 130M 350M 1B"
+                                             : "preset (this program's family has none)");
     app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(positive);
     app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(positive);
     app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(positive);

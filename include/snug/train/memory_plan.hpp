@@ -201,6 +201,7 @@ struct ModelFit {
     std::vector<Recompute> recompute;
     MemoryPlan memory;
     std::size_t next_depth_bytes = 0;  // the least any policy needs one block deeper
+    bool at_limit = false;             // depth is the search's limit; deeper ones were not tried
 };
 
 // Before a run: the predicted peak, the bytes each sequence adds, and (with a

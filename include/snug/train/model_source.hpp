@@ -54,18 +54,25 @@ inline ModelSource read_model_file(const std::string& path) {
     });
 }
 
+// "a llama model": what a run of a CausalLM family trains, in words.
+template <class Family>
+std::string family_in_words(std::type_identity<CausalLMConfig<Family>>) {
+    if constexpr (requires { Family::name; }) return "a " + std::string(Family::name) + " model";
+    return "a model of this program's family";
+}
+
 // Refuses, by flag, what a run of family `Config` cannot do: the model files
 // snug reads and writes (llm.c, Hugging Face) hold a GPT-2. Nothing to refuse
 // for GPT-2.
 template <class Config>
 void check_model_files(const TrainOptions& o) {
     if constexpr (!std::is_same_v<Config, GPTConfig>) {
-        const std::string arch = arch_name(o.arch);
+        const std::string family = family_in_words(std::type_identity<Config>{});
         auto refuse = [&](const std::string& flag, const std::string& value) {
             if (!value.empty())
-                throw ConfigError(flag + " " + value + ": llm.c and Hugging Face files hold a GPT-2, and --arch " +
-                                  arch + " is not one; a " + arch + " run starts from a fresh model and keeps its " +
-                                  "training state (--out)");
+                throw ConfigError(flag + " " + value + ": llm.c and Hugging Face files hold a GPT-2, and this run " +
+                                  "trains " + family + "; it starts from a fresh model and keeps its training " +
+                                  "state (--out)");
         };
         refuse("--init-from", o.init_from);
         refuse("--save-model", o.save_model);

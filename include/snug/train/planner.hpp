@@ -524,24 +524,25 @@ DepthFamily<CausalLMConfig<Family>> depth_family(const CausalLMConfig<Family>& l
 // micro-batch 1 within `budget` under some checkpoint policy, full
 // checkpointing included, and the cheapest policy that fits at that depth.
 // From `base`: precision, seq, accumulation, backend workspace, sampling
-// window. Depths are tried from 1 up to max_depth.
+// window. Depths up to max_depth are searched by doubling, then bisection
+// (memory grows with depth): about 2 log2(depth) measured runs per policy.
 template <class Config>
 ModelFit largest_model_that_fits(const DepthFamily<Config>& family, const PlanInput<Config>& base, std::size_t budget,
                                  int max_depth = 1024) {
-    ModelFit fit;
-    fit.budget = budget;
-    for (int depth = 1; depth <= max_depth; ++depth) {
+    // One depth: the cheapest policy that fits (fit.depth 0 when none does),
+    // and the least any policy needs.
+    auto at = [&](int depth) {
+        ModelFit fit;
+        fit.budget = budget;
         PlanInput<Config> probe = base;
         probe.model = family(depth);
         probe.micro_batch = 1;
-        bool found = false;
-        std::size_t least = static_cast<std::size_t>(-1);
+        fit.next_depth_bytes = static_cast<std::size_t>(-1);
         for (const CheckpointCandidate& candidate : checkpoint_candidates(probe.model, base.precision, 1, base.seq)) {
             probe.recompute = candidate.recompute;
             const MemoryPlan m = predict_memory(probe);
-            least = std::min(least, m.required);
-            if (!found && m.required <= budget) {
-                found = true;
+            fit.next_depth_bytes = std::min(fit.next_depth_bytes, m.required);
+            if (fit.depth == 0 && m.required <= budget) {
                 fit.depth = depth;
                 fit.model = model_summary(probe.model);
                 fit.checkpoint = candidate.name;
@@ -549,14 +550,41 @@ ModelFit largest_model_that_fits(const DepthFamily<Config>& family, const PlanIn
                 fit.memory = m;
             }
         }
-        if (!found) {
-            fit.next_depth_bytes = least;
-            break;
+        return fit;
+    };
+    // Memory grows with depth, so: double the depth until one does not fit
+    // (or the limit), then halve the interval between the last that fits and
+    // the first that does not.
+    ModelFit best = at(1);
+    if (best.depth == 0) return best;
+    int fits = 1, fails = 0;
+    std::size_t fails_bytes = 0;
+    while (fails == 0 && fits < max_depth) {
+        const int d = std::min(2 * fits, max_depth);
+        ModelFit f = at(d);
+        if (f.depth != 0) {
+            fits = d;
+            best = std::move(f);
+        } else {
+            fails = d;
+            fails_bytes = f.next_depth_bytes;
         }
     }
-    return fit;
+    while (fails != 0 && fails - fits > 1) {
+        const int d = fits + (fails - fits) / 2;
+        ModelFit f = at(d);
+        if (f.depth != 0) {
+            fits = d;
+            best = std::move(f);
+        } else {
+            fails = d;
+            fails_bytes = f.next_depth_bytes;
+        }
+    }
+    best.next_depth_bytes = fails_bytes;  // 0 at the limit: no deeper model was tried
+    best.at_limit = fails == 0;
+    return best;
 }
-
 
 template <class Config>
 MemoryOutlook memory_outlook(const PlanInput<Config>& in, std::optional<std::size_t> budget) {
