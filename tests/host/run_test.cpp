@@ -354,15 +354,19 @@ TEST_CASE("run: a Llama state is refused by a Llama of another head count, and b
     CHECK_THROWS_AS(train_fp32(gpt), snug::Error);
 }
 
-TEST_CASE("run: model files hold a GPT-2, so a Llama run refuses them by flag before reading anything") {
+TEST_CASE("run: a Llama run refuses the GPT-2 model files by flag before reading anything, and may export") {
     snug::TrainOptions o = llama_options();
     o.init_from = "/nonexistent/model.bin";
     CHECK_THROWS_WITH(snug::load_inputs<snug::LlamaConfig>(o, 1000),
                       Catch::Contains("--init-from /nonexistent/model.bin") && Catch::Contains("trains a llama model"));
     o.init_from.clear();
-    o.export_hf = "/tmp/x";
-    CHECK_THROWS_WITH(snug::check_model_files<snug::LlamaConfig>(o), Catch::Contains("--export-hf"));
+    o.save_model = "/tmp/x.bin";
+    CHECK_THROWS_WITH(snug::check_model_files<snug::LlamaConfig>(o),
+                      Catch::Contains("--save-model /tmp/x.bin: llm.c files hold a GPT-2"));
     CHECK_NOTHROW(snug::check_model_files<snug::GPTConfig>(o));
+    o.save_model.clear();
+    o.export_hf = "/tmp/x";  // a Hugging Face Llama directory (io/hf_llama.hpp)
+    CHECK_NOTHROW(snug::check_model_files<snug::LlamaConfig>(o));
 }
 
 TEST_CASE("run: --checkpoint selective for a Llama is refused by name, its blocks cannot recompute selectively") {

@@ -61,22 +61,22 @@ std::string family_in_words(std::type_identity<CausalLMConfig<Family>>) {
     return "a model of this program's family";
 }
 
-// Refuses, by flag, what a run of family `Config` cannot do: the model files
-// snug reads and writes (llm.c, Hugging Face) hold a GPT-2. Nothing to refuse
-// for GPT-2.
+// Refuses, by flag, what a run of family `Config` cannot do: llm.c model
+// files (read and written) hold a GPT-2; snug reads Hugging Face GPT-2
+// directories, and writes GPT-2 and Llama ones. Nothing to refuse for GPT-2.
 template <class Config>
 void check_model_files(const TrainOptions& o) {
     if constexpr (!std::is_same_v<Config, GPTConfig>) {
         const std::string family = family_in_words(std::type_identity<Config>{});
-        auto refuse = [&](const std::string& flag, const std::string& value) {
+        auto refuse = [&](const std::string& flag, const std::string& value, const std::string& files) {
             if (!value.empty())
-                throw ConfigError(flag + " " + value + ": llm.c and Hugging Face files hold a GPT-2, and this run " +
-                                  "trains " + family + "; it starts from a fresh model and keeps its training " +
-                                  "state (--out)");
+                throw ConfigError(flag + " " + value + ": " + files + ", and this run trains " + family +
+                                  "; it starts from a fresh model and keeps its training state (--out)");
         };
-        refuse("--init-from", o.init_from);
-        refuse("--save-model", o.save_model);
-        refuse("--export-hf", o.export_hf);
+        refuse("--init-from", o.init_from, "snug reads llm.c and Hugging Face files of a GPT-2");
+        refuse("--save-model", o.save_model, "llm.c files hold a GPT-2");
+        if constexpr (!std::is_same_v<Config, LlamaConfig>)
+            refuse("--export-hf", o.export_hf, "snug writes Hugging Face files of a GPT-2 or a Llama");
     }
 }
 

@@ -48,6 +48,7 @@
 #include "snug/dist/sharded_state.hpp"
 #include "snug/io/file.hpp"
 #include "snug/io/hf_export.hpp"
+#include "snug/io/hf_llama.hpp"
 #include "snug/io/llmc_model.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/train/data_source.hpp"
@@ -205,22 +206,27 @@ inline void prepare_output_directories(const TrainOptions& o) {
     }
 }
 
-// The model files asked for at the end: --save-model (llm.c) and --export-hf.
-// (Other families write none: check_model_files refuses the flags.)
+// The model files asked for at the end: --save-model (llm.c, GPT-2) and
+// --export-hf (GPT-2, Llama). (check_model_files refuses what a family has none of.)
 template <class Config>
 void write_model_files(const TrainOptions& o, const Config& config, const std::vector<float>& weights,
                        Report& report) {
     if constexpr (std::is_same_v<Config, GPTConfig>) {
-    if (!o.save_model.empty()) {
-        const io::LlmcVersion version = llmc_version(o.model_dtype);
-        io::write_llmc_model(o.save_model, config, weights, version);
-        report.file_written("model", o.save_model + " (llm.c, version " + std::to_string(static_cast<int>(version)) +
-                                         ", " + o.model_dtype + ")");
-    }
-    if (!o.export_hf.empty()) {
-        io::export_hf_gpt2(o.export_hf, config, weights);
-        report.file_written("model", o.export_hf + "/model.safetensors + config.json (Hugging Face GPT-2)");
-    }
+        if (!o.save_model.empty()) {
+            const io::LlmcVersion version = llmc_version(o.model_dtype);
+            io::write_llmc_model(o.save_model, config, weights, version);
+            report.file_written("model", o.save_model + " (llm.c, version " +
+                                             std::to_string(static_cast<int>(version)) + ", " + o.model_dtype + ")");
+        }
+        if (!o.export_hf.empty()) {
+            io::export_hf_gpt2(o.export_hf, config, weights);
+            report.file_written("model", o.export_hf + "/model.safetensors + config.json (Hugging Face GPT-2)");
+        }
+    } else if constexpr (std::is_same_v<Config, LlamaConfig>) {
+        if (!o.export_hf.empty()) {
+            io::export_hf_llama(o.export_hf, config, weights);
+            report.file_written("model", o.export_hf + "/model.safetensors + config.json (Hugging Face Llama)");
+        }
     }
 }
 
