@@ -24,7 +24,7 @@ if [ $# -lt 1 ] || ! [[ "$1" =~ ^[0-9]+$ ]]; then
 fi
 seconds=$1
 shift
-all=(llmc_model token_file tokenizer safetensors hf_import state_file)
+all=(llmc_model token_file tokenizer safetensors hf_import hf_llama state_file)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 parallel=${SNUG_FUZZ_PARALLEL:-1}

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fuzz/targets.hpp"
 #include "snug/io/file.hpp"
 
@@ -149,6 +151,32 @@ int main(int argc, char** argv) {
             const ByteVec config = snug::io::read_file(dir / snug::io::hf_config_file);
             const ByteVec weights = snug::io::read_file(tmp.dir() / "lm.safetensors");
             put(out, "hf_import", "tiny_lm_head", concat({&config, &split, &weights}));
+        }
+
+        // Hugging Face Llama directories: fp32 and bf16 exports, and one with
+        // a tied head (no lm_head.weight) and a rotary buffer.
+        {
+            const snug::LlamaConfig llama = snug::make_llama_config(10, 8, 2, 8, 2, 12);
+            snug::MemoryTracker tracker;
+            const snug::Llama<float, snug::Meter> shape_only(llama, tracker);
+            const std::vector<float> lw = shape_only.initial_weights(3);
+            for (const auto& [name, dtype] : {std::pair{"f32", snug::DType::f32}, std::pair{"bf16", snug::DType::bf16}}) {
+                const fs::path dir = tmp.dir() / (std::string("llama_") + name);
+                snug::io::export_hf_llama(dir, llama, lw, dtype);
+                const ByteVec config = snug::io::read_file(dir / snug::io::hf_config_file);
+                const ByteVec weights = snug::io::read_file(dir / snug::io::hf_weights_file);
+                put(out, "hf_llama", std::string("tiny_") + name, concat({&config, &split, &weights}));
+            }
+            const fs::path dir = tmp.dir() / "llama_f32";
+            std::map<std::string, snug::io::SafeTensor> tied = snug::io::SafetensorsFile(dir / snug::io::hf_weights_file).tensors();
+            tied.erase("lm_head.weight");
+            tied.emplace("model.layers.0.self_attn.rotary_emb.inv_freq", tensor(snug::DType::f32, {2}, 1));
+            snug::io::write_safetensors(tmp.dir() / "tied.safetensors", tied, {{"format", "pt"}});
+            nlohmann::json j = nlohmann::json::parse(snug::io::read_file(dir / snug::io::hf_config_file));
+            j["tie_word_embeddings"] = true;
+            const ByteVec config = text(j.dump(1));
+            const ByteVec weights = snug::io::read_file(tmp.dir() / "tied.safetensors");
+            put(out, "hf_llama", "tiny_tied", concat({&config, &split, &weights}));
         }
 
         // Training-state files of the five tiny steps, each raw (mode 0) and

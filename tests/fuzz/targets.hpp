@@ -19,6 +19,7 @@
 //   hf_import    config.json, the line hf_split, then    -> io::import_hf_gpt2 of the directory
 //                model.safetensors (without the line:
 //                config.json alone, no weights file)
+//   hf_llama     as hf_import                           -> io::import_hf_llama of the directory
 //   state_file   one mode byte, then a training-state    -> read_training_state_info, then
 //                file; mode bit 0 set: the target first     load_training_state into a tiny GPT step
 //                rewrites every CRC-32 the file has, so     of the file's dtype (fp32, bf16, fp16 with a
@@ -43,6 +44,7 @@
 #include "snug/data/token_file.hpp"
 #include "snug/data/tokenizer.hpp"
 #include "snug/io/hf_export.hpp"
+#include "snug/io/hf_llama.hpp"
 #include "snug/io/llmc_model.hpp"
 #include "snug/io/safetensors.hpp"
 #include "snug/nn/gpt.hpp"
@@ -171,6 +173,19 @@ inline void hf_import(Bytes in, const Scratch& s) {
     (void)m;
 }
 
+inline void hf_llama(Bytes in, const Scratch& s) {
+    const std::string_view all(reinterpret_cast<const char*>(in.data()), in.size());
+    const std::size_t at = all.find(hf_split);
+    const Bytes config = at == std::string_view::npos ? in : in.first(at);
+    s.write(io::hf_config_file, config);
+    if (at == std::string_view::npos)
+        s.remove(io::hf_weights_file);
+    else
+        s.write(io::hf_weights_file, in.subspan(at + hf_split.size()));
+    const io::HFLlama m = io::import_hf_llama(s.dir());
+    (void)m;
+}
+
 // ---- training-state files --------------------------------------------------------------
 
 // A tiny GPT and its TrainStep, for one precision policy.
@@ -284,7 +299,8 @@ struct Target {
 
 inline constexpr Target targets[] = {
     {"llmc_model", llmc_model}, {"token_file", token_file}, {"tokenizer", tokenizer},
-    {"safetensors", safetensors}, {"hf_import", hf_import},   {"state_file", state_file},
+    {"safetensors", safetensors}, {"hf_import", hf_import},   {"hf_llama", hf_llama},
+    {"state_file", state_file},
 };
 
 inline const Target* find_target(std::string_view name) {

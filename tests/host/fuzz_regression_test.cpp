@@ -78,6 +78,11 @@ const std::vector<Finding>& findings() {
          "by reading the code: a negative padded_vocab_size in the metadata was silently ignored"},
         {"hf_import", "n_embd_beyond_int32", {"'n_embd' is 4294967300"},
          "by reading the code: n_embd 2^32 + 4 wrapped to 4 and the model loaded as if the file said 4"},
+        // ---- Hugging Face Llama directory (io/hf_llama.hpp: import_hf_llama) ----
+        {"hf_llama", "channels_not_a_multiple_of_heads",
+         {"config.json", "channels 9 must be a positive multiple of heads 2"},
+         "found by fuzz_hf_llama: hidden_size 9 with 2 heads (head_dim 4, as 9 / 2 rounds) reached the attention "
+         "layer's ShapeError, which did not name the file"},
         // ---- training-state files (train/state_file.hpp) ----
         {"state_file", "beta1_beyond_float", {"state.snug", "'optimizer.beta1' is 1e+300", "32-bit float"},
          "by reading the code: a float field of 1e300 became inf without a word (the format says each float "

@@ -158,3 +158,151 @@ TEST_CASE("hf llama export: a weight count that is not the model's is refused, n
                                std::to_string(w.size())));
     CHECK_FALSE(std::filesystem::exists(dir.path / "out"));
 }
+
+// ---- import ------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+    const std::vector<unsigned char> bytes = snug::io::read_file(p);
+    return nlohmann::json::parse(bytes.begin(), bytes.end());
+}
+
+void write_json(const std::filesystem::path& p, const nlohmann::json& j) {
+    const std::string text = j.dump(2);
+    snug::io::atomic_write(p, [&](snug::io::FileWriter& w) { w.write(text.data(), text.size()); });
+}
+
+std::map<std::string, snug::io::SafeTensor> tensors_of(const std::filesystem::path& p) {
+    return snug::io::SafetensorsFile(p).tensors();
+}
+
+// The weights as an export keeps them: the padded vocabulary rows zero.
+std::vector<float> unpadded(const snug::LlamaConfig& c, std::vector<float> w) {
+    for (const char* name : {"embed_tokens.weight", "lm_head.weight"}) {
+        const std::int64_t at = offset_of(c, name);
+        for (std::int64_t i = std::int64_t{c.vocab_size} * 8; i < std::int64_t{c.padded_vocab_size} * 8; ++i)
+            w[static_cast<std::size_t>(at + i)] = 0.0f;
+    }
+    return w;
+}
+
+}  // namespace
+
+TEST_CASE("hf llama import: an export reads back to the same config and weights, bf16 and sharded too") {
+    snug::test::TempDir dir;
+    const snug::LlamaConfig c = tiny_llama();
+    const std::vector<float> w = weights_of(c, 21);
+    snug::io::export_hf_llama(dir.path, c, w);
+    const snug::io::HFLlama m = snug::io::import_hf_llama(dir.path);
+    CHECK(m.config.vocab_size == 10);
+    CHECK(m.config.padded_vocab_size == 64);
+    CHECK(m.config.max_seq_len == 8);
+    CHECK(m.config.n_layer == 2);
+    CHECK(m.config.block.channels == 8);
+    CHECK(m.config.block.heads == 2);
+    CHECK(m.config.block.hidden == 12);
+    CHECK(m.config.block.norm_eps == 1e-6);
+    CHECK(m.config.block.rope_theta == 500000.0);
+    CHECK(m.dtype == snug::DType::f32);
+    CHECK(m.weights == unpadded(c, w));
+
+    SECTION("bf16: each weight within bf16's rounding") {
+        snug::io::export_hf_llama(dir.path, c, w, snug::DType::bf16);
+        const snug::io::HFLlama b = snug::io::import_hf_llama(dir.path);
+        CHECK(b.dtype == snug::DType::bf16);
+        const std::vector<float> want = unpadded(c, w);
+        REQUIRE(b.weights.size() == want.size());
+        for (std::size_t i = 0; i < want.size(); ++i)
+            if (std::abs(b.weights[i] - want[i]) > std::abs(want[i]) * 0x1p-8) FAIL("weight " << i);
+    }
+    SECTION("sharded: model.safetensors.index.json names the files") {
+        auto all = tensors_of(dir.path / "model.safetensors");
+        std::filesystem::remove(dir.path / "model.safetensors");
+        std::map<std::string, snug::io::SafeTensor> first, second;
+        nlohmann::json map = nlohmann::json::object();
+        for (auto& [name, t] : all) {
+            const bool one = name.find("layers.1.") == std::string::npos;
+            (one ? first : second).emplace(name, t);
+            map[name] = one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+        }
+        snug::io::write_safetensors(dir.path / "model-00001-of-00002.safetensors", first);
+        snug::io::write_safetensors(dir.path / "model-00002-of-00002.safetensors", second);
+        write_json(dir.path / "model.safetensors.index.json", {{"metadata", {{"total_size", 0}}}, {"weight_map", map}});
+        CHECK(snug::io::import_hf_llama(dir.path).weights == unpadded(c, w));
+
+        map["lm_head.weight"] = "../elsewhere.safetensors";
+        write_json(dir.path / "model.safetensors.index.json", {{"weight_map", map}});
+        CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
+                          Contains("weight_map.lm_head.weight is \"../elsewhere.safetensors\", not a file name"));
+    }
+    SECTION("a tied head starts as the embedding; rotary buffers are skipped") {
+        auto all = tensors_of(dir.path / "model.safetensors");
+        all.erase("lm_head.weight");
+        all.emplace("model.layers.0.self_attn.rotary_emb.inv_freq",
+                    snug::io::SafeTensor{snug::DType::f32, {2}, std::vector<unsigned char>(8, 0)});
+        snug::io::write_safetensors(dir.path / "model.safetensors", all);
+        nlohmann::json j = read_json(dir.path / "config.json");
+        j["tie_word_embeddings"] = true;
+        write_json(dir.path / "config.json", j);
+        const snug::io::HFLlama t = snug::io::import_hf_llama(dir.path);
+        const std::int64_t head = offset_of(c, "lm_head.weight"), embed = offset_of(c, "embed_tokens.weight");
+        for (std::int64_t i = 0; i < 10 * 8; ++i)
+            REQUIRE(t.weights[static_cast<std::size_t>(head + i)] == w[static_cast<std::size_t>(embed + i)]);
+    }
+}
+
+TEST_CASE("hf llama import: what snug's Llama does not compute is refused, naming the key and its value") {
+    snug::test::TempDir dir;
+    const snug::LlamaConfig c = tiny_llama();
+    snug::io::export_hf_llama(dir.path, c, weights_of(c, 22));
+    const nlohmann::json good = read_json(dir.path / "config.json");
+    auto refused = [&](const char* key, const nlohmann::json& value, const std::string& words) {
+        nlohmann::json j = good;
+        j[key] = value;
+        write_json(dir.path / "config.json", j);
+        INFO(key);
+        CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
+                          Contains("config.json: " + std::string(key) + " is " + value.dump()) && Contains(words));
+    };
+    refused("num_key_value_heads", 1, "grouped-query attention");
+    refused("rope_scaling", nlohmann::json{{"rope_type", "linear"}, {"factor", 2.0}}, "one frequency per pair");
+    refused("hidden_act", "gelu", "SiLU");
+    refused("attention_bias", true, "no biases");
+    refused("mlp_bias", true, "no biases");
+    refused("model_type", "mistral", "\"llama\"");
+    refused("head_dim", 8, "4 wide");
+    refused("rms_norm_eps", -1.0, "not above 0");
+    refused("sliding_window", 4096, "every earlier position");
+    nlohmann::json j = good;
+    j["num_hidden_layers"] = 3;
+    write_json(dir.path / "config.json", j);
+    CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path), Contains("the config and the weights do not match"));
+}
+
+TEST_CASE("hf llama import: a missing, unexpected or misshapen tensor is refused by name") {
+    snug::test::TempDir dir;
+    const snug::LlamaConfig c = tiny_llama();
+    snug::io::export_hf_llama(dir.path, c, weights_of(c, 23));
+    const auto good = tensors_of(dir.path / "model.safetensors");
+    auto with = [&](auto change) {
+        auto t = good;
+        change(t);
+        snug::io::write_safetensors(dir.path / "model.safetensors", t);
+    };
+    with([](auto& t) {  // renamed: as many values in the file, the name missing
+        t.emplace("model.layers.1.self_attn.v.weight", t.at("model.layers.1.self_attn.v_proj.weight"));
+        t.erase("model.layers.1.self_attn.v_proj.weight");
+    });
+    CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
+                      Contains("missing tensor 'model.layers.1.self_attn.v_proj.weight'"));
+    with([](auto& t) { t.emplace("model.layers.0.extra.weight", t.at("model.norm.weight")); });
+    CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
+                      Contains("unexpected tensor 'model.layers.0.extra.weight' for a Llama of 2 layers"));
+    with([](auto& t) {
+        t.at("model.layers.0.mlp.up_proj.weight") =
+            snug::io::SafeTensor{snug::DType::f32, {8, 12}, std::vector<unsigned char>(8 * 12 * 4, 0)};
+    });
+    CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
+                      Contains("tensor 'model.layers.0.mlp.up_proj.weight' has shape (8, 12), expected (12, 8)"));
+}

@@ -354,11 +354,11 @@ TEST_CASE("run: a Llama state is refused by a Llama of another head count, and b
     CHECK_THROWS_AS(train_fp32(gpt), snug::Error);
 }
 
-TEST_CASE("run: a Llama run refuses the GPT-2 model files by flag before reading anything, and may export") {
+TEST_CASE("run: a Llama run refuses llm.c files by flag before reading anything, and takes Hugging Face ones") {
     snug::TrainOptions o = llama_options();
-    o.init_from = "/nonexistent/model.bin";
+    o.init_from = "/nonexistent/llama";  // read as a Hugging Face Llama directory (io/hf_llama.hpp)
     CHECK_THROWS_WITH(snug::load_inputs<snug::LlamaConfig>(o, 1000),
-                      Catch::Contains("--init-from /nonexistent/model.bin") && Catch::Contains("trains a llama model"));
+                      Catch::Contains("/nonexistent/llama/config.json: cannot open"));
     o.init_from.clear();
     o.save_model = "/tmp/x.bin";
     CHECK_THROWS_WITH(snug::check_model_files<snug::LlamaConfig>(o),

@@ -163,6 +163,7 @@ public:
                                 ", " + std::to_string(ranges[i].end) + ")) overlap");
     }
 
+    const std::string& path() const { return path_; }
     bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
     const std::map<std::string, SafeTensor>& tensors() const { return tensors_; }
     const std::map<std::string, std::string>& metadata() const { return metadata_; }

@@ -16,6 +16,7 @@
 #include "snug/core/error.hpp"
 #include "snug/core/memory_tracker.hpp"
 #include "snug/io/hf_export.hpp"
+#include "snug/io/hf_llama.hpp"
 #include "snug/io/llmc_model.hpp"
 #include "snug/meter/device.hpp"
 #include "snug/nn/gpt.hpp"
@@ -61,9 +62,39 @@ std::string family_in_words(std::type_identity<CausalLMConfig<Family>>) {
     return "a model of this program's family";
 }
 
+// A Hugging Face Llama directory (config.json + model.safetensors, or its
+// shards): its shape and fp32 weights.
+inline ModelSourceOf<LlamaConfig> read_llama_directory(const std::string& path) {
+    std::size_t bytes = 0;  // the files', which are read whole (an estimate of what is asked for)
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec))
+        if (entry.path().extension() == ".safetensors") {
+            const auto n = entry.file_size(ec);
+            if (!ec) bytes += static_cast<std::size_t>(n);
+        }
+    return name_allocation("the weights of " + path, bytes, [&]() -> ModelSourceOf<LlamaConfig> {
+        io::HFLlama hf = io::import_hf_llama(path);
+        return {hf.config, std::move(hf.weights), "Hugging Face Llama directory " + path};
+    });
+}
+
+// The model file `path` of family `Config`.
+template <class Config>
+ModelSourceOf<Config> read_model_file_of(const std::string& path) {
+    if constexpr (std::is_same_v<Config, LlamaConfig>)
+        return read_llama_directory(path);
+    else
+        return read_model_file(path);
+}
+
+// Whether snug reads model files of family `Config` (--init-from): llm.c
+// and Hugging Face GPT-2 files, Hugging Face Llama directories.
+template <class Config>
+inline constexpr bool reads_model_files = std::is_same_v<Config, GPTConfig> || std::is_same_v<Config, LlamaConfig>;
+
 // Refuses, by flag, what a run of family `Config` cannot do: llm.c model
-// files (read and written) hold a GPT-2; snug reads Hugging Face GPT-2
-// directories, and writes GPT-2 and Llama ones. Nothing to refuse for GPT-2.
+// files hold a GPT-2; snug reads and writes Hugging Face GPT-2 and Llama
+// directories. Nothing to refuse for GPT-2.
 template <class Config>
 void check_model_files(const TrainOptions& o) {
     if constexpr (!std::is_same_v<Config, GPTConfig>) {
@@ -73,8 +104,9 @@ void check_model_files(const TrainOptions& o) {
                 throw ConfigError(flag + " " + value + ": " + files + ", and this run trains " + family +
                                   "; it starts from a fresh model and keeps its training state (--out)");
         };
-        refuse("--init-from", o.init_from, "snug reads llm.c and Hugging Face files of a GPT-2");
         refuse("--save-model", o.save_model, "llm.c files hold a GPT-2");
+        if constexpr (!reads_model_files<Config>)
+            refuse("--init-from", o.init_from, "snug reads model files of a GPT-2 or a Llama");
         if constexpr (!std::is_same_v<Config, LlamaConfig>)
             refuse("--export-hf", o.export_hf, "snug writes Hugging Face files of a GPT-2 or a Llama");
     }
@@ -100,7 +132,8 @@ ModelSourceOf<Config> fresh_model(const Config& config, std::uint64_t seed) {
 
 // Checks a model read from o.init_from against the run: the data's
 // vocabulary and the sequence length must fit it.
-inline void check_model_file(const TrainOptions& o, const GPTConfig& c, int data_vocab) {
+template <class Config>
+void check_model_file(const TrainOptions& o, const Config& c, int data_vocab) {
     if (data_vocab > c.vocab_size)
         throw ConfigError("--init-from " + o.init_from + ": the model's vocabulary has " +
                           std::to_string(c.vocab_size) + " tokens but the data's has " + std::to_string(data_vocab));
@@ -139,9 +172,9 @@ ModelSourceOf<Config> model_source(const TrainOptions& o, int data_vocab,
         if (before_weights) before_weights(config);
         return fresh_model(config, o.seed);
     }
-    if constexpr (std::is_same_v<Config, GPTConfig>) {
+    if constexpr (reads_model_files<Config>) {
         if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
-        ModelSource m = read_model_file(o.init_from);
+        ModelSourceOf<Config> m = read_model_file_of<Config>(o.init_from);
         m.config = o.with_choices(m.config);
         check_model_file(o, m.config, data_vocab);
         if (before_weights) before_weights(m.config);
@@ -172,9 +205,9 @@ RunInputsOf<Config> load_inputs(const TrainOptions& o, std::int64_t train_tokens
         in.source = model_source<Config>(o, in.data.vocab, before_weights);
         return in;
     }
-    if constexpr (std::is_same_v<Config, GPTConfig>) {
+    if constexpr (reads_model_files<Config>) {
         if (o.vocab != 0) throw ConfigError("--vocab and --init-from: the vocabulary comes from " + o.init_from);
-        in.source = read_model_file(o.init_from);
+        in.source = read_model_file_of<Config>(o.init_from);
         in.source.config = o.with_choices(in.source.config);
         in.data = load_data(o, train_tokens_needed, token_data_vocab(o, in.source.config.vocab_size));
         check_model_file(o, in.source.config, in.data.vocab);

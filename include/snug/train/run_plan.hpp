@@ -112,10 +112,10 @@ int run_plan_program(const TrainOptions& o, const DeviceInfo& device, Report& re
     check_model_files<Config>(o);
     PlanAnswer answer;
     Config config;
-    if constexpr (std::is_same_v<Config, GPTConfig>) {
+    if constexpr (reads_model_files<Config>) {
         if (!o.init_from.empty()) {
-            config = o.with_choices(read_model_file(o.init_from).config);
-            config.validate();
+            config = o.with_choices(read_model_file_of<Config>(o.init_from).config);
+            validate_config(config);
         }
     }
     if (o.init_from.empty()) config = fresh_config<Config>(o, o.vocab != 0 ? o.vocab : data_vocab(o));
