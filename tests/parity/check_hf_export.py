@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks snug's Hugging Face GPT-2 export in PyTorch.
+"""Checks snug's Hugging Face GPT-2 and Llama exports in PyTorch.
 
     check_hf_export.py MODEL_DIR [MODEL_DIR ...]
 
@@ -9,8 +9,11 @@ the tokens (B, T) and snug's logits (B, T, V). The weights are loaded into a
 GPT-2 forward written here from torch primitives (in float64: Conv1D-style
 x @ W + b, tanh GELU, causal attention, head tied to wte) and, when the
 transformers package is importable, into transformers.GPT2LMHeadModel through
-from_pretrained (float32). Both must reproduce snug's logits to a max absolute
-difference of TOLERANCE.
+from_pretrained (float32). A Llama export (config.json model_type "llama",
+io/hf_llama.hpp) the same way: a Llama forward written here (RMSNorm, RoPE
+with rotate_half's (i, i + hs/2) pairs, SwiGLU, causal attention, untied
+head) and transformers.LlamaForCausalLM. Both must reproduce snug's logits to
+a max absolute difference of TOLERANCE.
 
 Exit status: 0 all match, 1 a mismatch or a malformed export, 77 no PyTorch
 (ctest reports the test as skipped).
@@ -80,6 +83,43 @@ def gpt2_forward(p, cfg, tokens):
     return x @ p["wte.weight"].T
 
 
+def rms_norm(x, w, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate(x, theta):
+    """RoPE on (B, NH, T, hs): pairs (i, i + hs/2), angle t theta^(-2i/hs)."""
+    hs, Tn = x.shape[-1], x.shape[-2]
+    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = torch.arange(Tn, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def llama_forward(p, cfg, tokens):
+    """Llama logits (B, T, V) from LlamaForCausalLM's tensors (nn.Linear weights: (out, in))."""
+    C, NH, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    eps, theta, hs = cfg["rms_norm_eps"], cfg["rope_theta"], C // NH
+    Bn, Tn = tokens.shape
+    x = p["model.embed_tokens.weight"][tokens]
+    causal = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
+    for l in range(L):
+        h = f"model.layers.{l}."
+        a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
+        q, k, v = (
+            (a @ p[h + f"self_attn.{n}_proj.weight"].T).reshape(Bn, Tn, NH, hs).transpose(1, 2) for n in "qkv"
+        )
+        q, k = rotate(q, theta), rotate(k, theta)
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(hs)).masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C)
+        x = x + y @ p[h + "self_attn.o_proj.weight"].T
+        m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps)
+        gate, up = m @ p[h + "mlp.gate_proj.weight"].T, m @ p[h + "mlp.up_proj.weight"].T
+        x = x + (gate * torch.sigmoid(gate) * up) @ p[h + "mlp.down_proj.weight"].T
+    return rms_norm(x, p["model.norm.weight"], eps) @ p["lm_head.weight"].T
+
+
 def report(what, got, want):
     diff = (got.double() - want.double()).abs().max().item()
     scale = want.double().abs().max().item()
@@ -91,12 +131,30 @@ def report(what, got, want):
 def check_plain(model_dir, cfg, tokens, want):
     params, _ = read_safetensors(model_dir / "model.safetensors")
     params = {k: v.double() for k, v in params.items()}
+    llama = cfg.get("model_type") == "llama"
     with torch.no_grad():
-        got = gpt2_forward(params, cfg, tokens.long())
+        got = (llama_forward if llama else gpt2_forward)(params, cfg, tokens.long())
     if got.shape != want.shape:
         print(f"  plain PyTorch: logits shape {tuple(got.shape)}, snug's {tuple(want.shape)}  FAIL")
         return False
-    return report("plain PyTorch GPT-2 (float64)", got, want)
+    return report(f"plain PyTorch {'Llama' if llama else 'GPT-2'} (float64)", got, want)
+
+
+def check_transformers_llama(model_dir, tokens, want):
+    try:
+        from transformers import LlamaForCausalLM
+    except ImportError:
+        print("  transformers is not installed: LlamaForCausalLM check skipped")
+        return True
+    model, info = LlamaForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32, output_loading_info=True)
+    if info["missing_keys"] or info["unexpected_keys"] or info.get("mismatched_keys"):
+        print(f"  transformers: missing {info['missing_keys']}, unexpected {info['unexpected_keys']}, "
+              f"mismatched {info.get('mismatched_keys')}  FAIL")
+        return False
+    model.eval()
+    with torch.no_grad():
+        got = model(tokens.long()).logits
+    return report("transformers LlamaForCausalLM (fp32)", got, want)
 
 
 def check_transformers(model_dir, tokens, want):
@@ -123,10 +181,12 @@ def check(model_dir):
     cfg = json.loads((model_dir / "config.json").read_text())
     ref, meta = read_safetensors(model_dir / "reference.safetensors")
     tokens, want = ref["tokens"], ref["logits"]
-    print(f"{model_dir}: {cfg['n_layer']} layers, C {cfg['n_embd']}, V {cfg['vocab_size']}, "
+    llama = cfg.get("model_type") == "llama"
+    layers, C = (cfg["num_hidden_layers"], cfg["hidden_size"]) if llama else (cfg["n_layer"], cfg["n_embd"])
+    print(f"{model_dir}: {cfg.get('model_type')}, {layers} layers, C {C}, V {cfg['vocab_size']}, "
           f"{cfg.get('torch_dtype')} weights, tokens {tuple(tokens.shape)}")
     ok = check_plain(model_dir, cfg, tokens, want)
-    ok = check_transformers(model_dir, tokens, want) and ok
+    ok = (check_transformers_llama if llama else check_transformers)(model_dir, tokens, want) and ok
     return ok
 
 

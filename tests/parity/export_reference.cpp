@@ -5,6 +5,8 @@
 // tests/parity/check_hf_export.py:
 //   OUT/fp32/  model.safetensors (F32), config.json, reference.safetensors
 //   OUT/bf16/  model.safetensors (BF16), config.json, reference.safetensors
+// and the same for a small Llama (io/hf_llama.hpp) in OUT/llama_fp32/ and
+// OUT/llama_bf16/, for tests/parity/check_hf_llama.py;
 // where reference.safetensors holds the tokens (B, T) and snug's logits
 // (B, T, V) for the weights as exported (for bf16: the bf16-rounded weights).
 //
@@ -16,13 +18,16 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "snug/core/half.hpp"
 #include "snug/core/rng.hpp"
 #include "snug/io/hf_export.hpp"
+#include "snug/io/hf_llama.hpp"
 #include "snug/io/safetensors.hpp"
 #include "snug/nn/gpt.hpp"
+#include "snug/nn/llama.hpp"
 #include "support/host_run.hpp"
 
 namespace {
@@ -73,6 +78,46 @@ std::vector<float> snug_logits(const snug::GPTConfig& c, const std::vector<float
     return out;
 }
 
+// ---- the Llama ----
+// V 97 padded to 128, 2 layers of C 48 with 4 heads of 12, MLP 128, eps and
+// theta other than the defaults (so that a reader that ignores them fails).
+snug::LlamaConfig llama_config() {
+    snug::LlamaConfig c = snug::make_llama_config(97, 16, 2, 48, 4, 128);
+    c.block.norm_eps = 1e-6;
+    c.block.rope_theta = 500000.0;
+    return c;
+}
+
+// Each tensor's own initialisation, the projections scaled (attention far
+// from uniform) and the norms moved off 1.
+std::vector<float> llama_weights(const snug::LlamaConfig& c) {
+    snug::MemoryTracker tracker;
+    const snug::Llama<float, snug::Meter> shape(c, tracker);
+    std::vector<float> w = shape.initial_weights(seed);
+    snug::Generator rng(seed + 3);
+    for (const snug::ParameterTensor& t : shape.registry().tensors()) {
+        float* p = w.data() + t.offset;
+        for (std::int64_t j = 0; j < t.count(); ++j)
+            p[j] = t.decay == snug::Decay::yes ? p[j] * 5.0f : p[j] + 0.1f * rng.normal();
+    }
+    return w;
+}
+
+std::vector<float> llama_logits(const snug::LlamaConfig& c, const std::vector<float>& w,
+                                const std::vector<std::int32_t>& tokens) {
+    snug::test::HostRun run;
+    snug::Llama<float, snug::Host> model(c, run.tracker);
+    model.load_weights(run.ctx.device, w);
+    model.forward(run.ctx, tokens.data(), nullptr, B, T, 0.0f);
+    const float* l = model.logits().data();  // (B, T, Vp)
+    std::vector<float> out(static_cast<std::size_t>(B * T * c.vocab_size));
+    for (int r = 0; r < B * T; ++r)
+        for (int v = 0; v < c.vocab_size; ++v)
+            out[static_cast<std::size_t>(r * c.vocab_size + v)] = l[static_cast<std::ptrdiff_t>(r) * c.padded_vocab_size + v];
+    model.release(run.ctx);
+    return out;
+}
+
 template <class T>
 snug::io::SafeTensor tensor(snug::DType dtype, std::vector<std::int64_t> shape, const std::vector<T>& v) {
     snug::io::SafeTensor t{dtype, std::move(shape), std::vector<unsigned char>(v.size() * sizeof(T))};
@@ -80,14 +125,22 @@ snug::io::SafeTensor tensor(snug::DType dtype, std::vector<std::int64_t> shape, 
     return t;
 }
 
-void write_case(const std::filesystem::path& dir, const snug::GPTConfig& c, const std::vector<float>& w,
+template <class Config>
+void write_case(const std::filesystem::path& dir, const Config& c, const std::vector<float>& w,
                 snug::DType dtype, const std::vector<std::int32_t>& tokens) {
-    snug::io::export_hf_gpt2(dir, c, w, dtype);
+    if constexpr (std::is_same_v<Config, snug::LlamaConfig>)
+        snug::io::export_hf_llama(dir, c, w, dtype);
+    else
+        snug::io::export_hf_gpt2(dir, c, w, dtype);
     // The weights as exported, to run snug on exactly what PyTorch will load.
     std::vector<float> stored = w;
     if (dtype == snug::DType::bf16)
         for (float& x : stored) x = static_cast<float>(snug::bfloat16(x));
-    const std::vector<float> logits = snug_logits(c, stored, tokens);
+    std::vector<float> logits;
+    if constexpr (std::is_same_v<Config, snug::LlamaConfig>)
+        logits = llama_logits(c, stored, tokens);
+    else
+        logits = snug_logits(c, stored, tokens);
     std::map<std::string, snug::io::SafeTensor> ref;
     ref.emplace("tokens", tensor(snug::DType::i32, {B, T}, tokens));
     ref.emplace("logits", tensor(snug::DType::f32, {B, T, c.vocab_size}, logits));
@@ -113,6 +166,10 @@ int main(int argc, char** argv) {
         for (std::int32_t& t : tokens) t = static_cast<std::int32_t>(rng.below(static_cast<std::uint32_t>(c.vocab_size)));
         write_case(out / "fp32", c, w, snug::DType::f32, tokens);
         write_case(out / "bf16", c, w, snug::DType::bf16, tokens);
+        const snug::LlamaConfig lc = llama_config();
+        const std::vector<float> lw = llama_weights(lc);
+        write_case(out / "llama_fp32", lc, lw, snug::DType::f32, tokens);
+        write_case(out / "llama_bf16", lc, lw, snug::DType::bf16, tokens);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "export_reference: %s\n", e.what());
         return 1;
