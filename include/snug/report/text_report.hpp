@@ -196,10 +196,11 @@ inline std::string format_model_fit(const ModelFit& f) {
 // The ladder's table: one row per rung, then what F is, the rule, the
 // driver's figures on a GPU and each rung's note.
 inline std::string format_ladder_table(const LadderTable& t, const std::vector<LadderRung>& rungs) {
-    std::string out = fmt::format(
-        "VRAM ladder: {} layers, {} heads, {} channels, T {}, {} sequences per update, {} updates; budget {}; {}\n",
-        t.model.layers, t.model.heads, t.model.channels, t.seq, t.sequences_per_update, t.updates,
-        t.budget ? format_bytes(*t.budget) : std::string("none"), t.device);
+    ModelSummary shape = t.model;
+    shape.family.clear();
+    std::string out = fmt::format("VRAM ladder: {}, T {}, {} sequences per update, {} updates; budget {}; {}\n",
+                                  format_model_shape(shape), t.seq, t.sequences_per_update, t.updates,
+                                  t.budget ? format_bytes(*t.budget) : std::string("none"), t.device);
     auto it = std::back_inserter(out);
     constexpr std::string_view row = "{:<24} {:<5} {:>8} {:>5} {:<10} {:>10} {:>10} {:<5} {:>10} {:>10} {:>10} {:>9} {:>9}\n";
     fmt::format_to(it, row, "rung", "prec", "B x n", "T", "ckpt", "peak MiB", "pred MiB", "fits", "tokens/s", "loss@F",

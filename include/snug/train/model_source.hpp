@@ -55,11 +55,21 @@ inline ModelSource read_model_file(const std::string& path) {
     });
 }
 
-// "a llama model": what a run of a CausalLM family trains, in words.
+// A family's name from its config type alone: "gpt2", "llama", a user's
+// Family::name; empty when the family gives none.
+inline std::string family_name(std::type_identity<GPTConfig>) { return "gpt2"; }
+
 template <class Family>
-std::string family_in_words(std::type_identity<CausalLMConfig<Family>>) {
-    if constexpr (requires { Family::name; }) return "a " + std::string(Family::name) + " model";
-    return "a model of this program's family";
+std::string family_name(std::type_identity<CausalLMConfig<Family>>) {
+    if constexpr (requires { Family::name; }) return std::string(Family::name);
+    return {};
+}
+
+// "a llama model": what a run of family `Config` trains, in words.
+template <class Config>
+std::string family_in_words() {
+    const std::string name = family_name(std::type_identity<Config>{});
+    return name.empty() ? "a model of this program's family" : "a " + name + " model";
 }
 
 // A Hugging Face Llama directory (config.json + model.safetensors, or its
@@ -98,7 +108,7 @@ inline constexpr bool reads_model_files = std::is_same_v<Config, GPTConfig> || s
 template <class Config>
 void check_model_files(const TrainOptions& o) {
     if constexpr (!std::is_same_v<Config, GPTConfig>) {
-        const std::string family = family_in_words(std::type_identity<Config>{});
+        const std::string family = family_in_words<Config>();
         auto refuse = [&](const std::string& flag, const std::string& value, const std::string& files) {
             if (!value.empty())
                 throw ConfigError(flag + " " + value + ": " + files + ", and this run trains " + family +
@@ -124,9 +134,9 @@ ModelSourceOf<Config> fresh_model(const Config& config, std::uint64_t seed) {
     const auto P = static_cast<std::size_t>(shape_only.num_parameters());
     m.weights = name_allocation("the initial fp32 weights of a " + std::to_string(P) + "-parameter model",
                                 P * sizeof(float), [&] { return shape_only.initial_weights(seed); });
-    const std::string family = model_summary(config).family;
-    m.description = "fresh (" + (family == "gpt2" ? std::string("GPT-2") : family) + " initialisation, seed " +
-                    std::to_string(seed) + ")";
+    const std::string family = family_name(std::type_identity<Config>{});
+    m.description = "fresh (" + (family == "gpt2" ? std::string("GPT-2") : family.empty() ? "the family's" : family) +
+                    " initialisation, seed " + std::to_string(seed) + ")";
     return m;
 }
 
