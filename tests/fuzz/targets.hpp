@@ -160,7 +160,9 @@ inline void safetensors(Bytes in, const Scratch& s) {
 // Separates config.json from model.safetensors in a hf_import input.
 inline constexpr std::string_view hf_split = "\n#snug-fuzz model.safetensors#\n";
 
-inline void hf_import(Bytes in, const Scratch& s) {
+// Writes a hf_import / hf_llama input into the scratch directory as
+// config.json and (after hf_split) model.safetensors.
+inline void write_hf_directory(Bytes in, const Scratch& s) {
     const std::string_view all(reinterpret_cast<const char*>(in.data()), in.size());
     const std::size_t at = all.find(hf_split);
     const Bytes config = at == std::string_view::npos ? in : in.first(at);
@@ -169,19 +171,16 @@ inline void hf_import(Bytes in, const Scratch& s) {
         s.remove(io::hf_weights_file);
     else
         s.write(io::hf_weights_file, in.subspan(at + hf_split.size()));
+}
+
+inline void hf_import(Bytes in, const Scratch& s) {
+    write_hf_directory(in, s);
     const io::HFModel m = io::import_hf_gpt2(s.dir());
     (void)m;
 }
 
 inline void hf_llama(Bytes in, const Scratch& s) {
-    const std::string_view all(reinterpret_cast<const char*>(in.data()), in.size());
-    const std::size_t at = all.find(hf_split);
-    const Bytes config = at == std::string_view::npos ? in : in.first(at);
-    s.write(io::hf_config_file, config);
-    if (at == std::string_view::npos)
-        s.remove(io::hf_weights_file);
-    else
-        s.write(io::hf_weights_file, in.subspan(at + hf_split.size()));
+    write_hf_directory(in, s);
     const io::HFLlama m = io::import_hf_llama(s.dir());
     (void)m;
 }

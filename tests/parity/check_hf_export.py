@@ -140,32 +140,20 @@ def check_plain(model_dir, cfg, tokens, want):
     return report(f"plain PyTorch {'Llama' if llama else 'GPT-2'} (float64)", got, want)
 
 
-def check_transformers_llama(model_dir, tokens, want):
+def check_transformers(model_dir, tokens, want, llama):
+    """transformers' GPT2LMHeadModel or LlamaForCausalLM, loaded from the export."""
+    name = "LlamaForCausalLM" if llama else "GPT2LMHeadModel"
     try:
-        from transformers import LlamaForCausalLM
+        import transformers
     except ImportError:
-        print("  transformers is not installed: LlamaForCausalLM check skipped")
+        print(f"  transformers is not installed: {name} check skipped")
         return True
-    model, info = LlamaForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32, output_loading_info=True)
-    if info["missing_keys"] or info["unexpected_keys"] or info.get("mismatched_keys"):
-        print(f"  transformers: missing {info['missing_keys']}, unexpected {info['unexpected_keys']}, "
-              f"mismatched {info.get('mismatched_keys')}  FAIL")
-        return False
-    model.eval()
-    with torch.no_grad():
-        got = model(tokens.long()).logits
-    return report("transformers LlamaForCausalLM (fp32)", got, want)
-
-
-def check_transformers(model_dir, tokens, want):
-    try:
-        from transformers import GPT2LMHeadModel
-    except ImportError:
-        print("  transformers is not installed: GPT2LMHeadModel check skipped")
-        return True
-    model, info = GPT2LMHeadModel.from_pretrained(str(model_dir), torch_dtype=torch.float32, output_loading_info=True)
-    # Only the tied head and the mask buffers may be absent from the file.
-    missing = [k for k in info["missing_keys"] if k != "lm_head.weight" and not k.endswith((".attn.bias", ".attn.masked_bias"))]
+    model, info = getattr(transformers, name).from_pretrained(
+        str(model_dir), torch_dtype=torch.float32, output_loading_info=True
+    )
+    # Only GPT-2's tied head and mask buffers may be absent from the file.
+    gpt2_absent = lambda k: k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias"))
+    missing = [k for k in info["missing_keys"] if llama or not gpt2_absent(k)]
     if missing or info["unexpected_keys"] or info.get("mismatched_keys"):
         print(f"  transformers: missing {missing}, unexpected {info['unexpected_keys']}, "
               f"mismatched {info.get('mismatched_keys')}  FAIL")
@@ -173,7 +161,7 @@ def check_transformers(model_dir, tokens, want):
     model.eval()
     with torch.no_grad():
         got = model(tokens.long()).logits
-    return report("transformers GPT2LMHeadModel (fp32)", got, want)
+    return report(f"transformers {name} (fp32)", got, want)
 
 
 def check(model_dir):
@@ -186,7 +174,7 @@ def check(model_dir):
     print(f"{model_dir}: {cfg.get('model_type')}, {layers} layers, C {C}, V {cfg['vocab_size']}, "
           f"{cfg.get('torch_dtype')} weights, tokens {tuple(tokens.shape)}")
     ok = check_plain(model_dir, cfg, tokens, want)
-    ok = (check_transformers_llama if llama else check_transformers)(model_dir, tokens, want) and ok
+    ok = check_transformers(model_dir, tokens, want, llama) and ok
     return ok
 
 

@@ -28,6 +28,7 @@
 #include "snug/io/safetensors.hpp"
 #include "snug/nn/gpt.hpp"
 #include "snug/nn/llama.hpp"
+#include "snug/nn/model_of.hpp"
 #include "support/host_run.hpp"
 
 namespace {
@@ -62,11 +63,12 @@ std::vector<float> reference_weights(const snug::GPTConfig& c) {
     return w;
 }
 
-// snug's logits (B, T, V) for these weights, the padded columns dropped.
-std::vector<float> snug_logits(const snug::GPTConfig& c, const std::vector<float>& w,
-                               const std::vector<std::int32_t>& tokens) {
+// snug's logits (B, T, V) of the model `c` builds (GPT, Llama) for these
+// weights, the padded columns dropped.
+template <class Config>
+std::vector<float> snug_logits(const Config& c, const std::vector<float>& w, const std::vector<std::int32_t>& tokens) {
     snug::test::HostRun run;
-    snug::GPT<float, snug::Host> model(c, run.tracker);
+    snug::model_of<Config, float, snug::Host> model(c, run.tracker);
     model.load_weights(run.ctx.device, w);
     model.forward(run.ctx, tokens.data(), nullptr, B, T, 0.0f);
     const float* l = model.logits().data();  // (B, T, Vp)
@@ -103,21 +105,6 @@ std::vector<float> llama_weights(const snug::LlamaConfig& c) {
     return w;
 }
 
-std::vector<float> llama_logits(const snug::LlamaConfig& c, const std::vector<float>& w,
-                                const std::vector<std::int32_t>& tokens) {
-    snug::test::HostRun run;
-    snug::Llama<float, snug::Host> model(c, run.tracker);
-    model.load_weights(run.ctx.device, w);
-    model.forward(run.ctx, tokens.data(), nullptr, B, T, 0.0f);
-    const float* l = model.logits().data();  // (B, T, Vp)
-    std::vector<float> out(static_cast<std::size_t>(B * T * c.vocab_size));
-    for (int r = 0; r < B * T; ++r)
-        for (int v = 0; v < c.vocab_size; ++v)
-            out[static_cast<std::size_t>(r * c.vocab_size + v)] = l[static_cast<std::ptrdiff_t>(r) * c.padded_vocab_size + v];
-    model.release(run.ctx);
-    return out;
-}
-
 template <class T>
 snug::io::SafeTensor tensor(snug::DType dtype, std::vector<std::int64_t> shape, const std::vector<T>& v) {
     snug::io::SafeTensor t{dtype, std::move(shape), std::vector<unsigned char>(v.size() * sizeof(T))};
@@ -136,11 +123,7 @@ void write_case(const std::filesystem::path& dir, const Config& c, const std::ve
     std::vector<float> stored = w;
     if (dtype == snug::DType::bf16)
         for (float& x : stored) x = static_cast<float>(snug::bfloat16(x));
-    std::vector<float> logits;
-    if constexpr (std::is_same_v<Config, snug::LlamaConfig>)
-        logits = llama_logits(c, stored, tokens);
-    else
-        logits = snug_logits(c, stored, tokens);
+    const std::vector<float> logits = snug_logits(c, stored, tokens);
     std::map<std::string, snug::io::SafeTensor> ref;
     ref.emplace("tokens", tensor(snug::DType::i32, {B, T}, tokens));
     ref.emplace("logits", tensor(snug::DType::f32, {B, T, c.vocab_size}, logits));

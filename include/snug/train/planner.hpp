@@ -559,8 +559,7 @@ ModelFit largest_model_that_fits(const DepthFamily<Config>& family, const PlanIn
     if (best.depth == 0) return best;
     int fits = 1, fails = 0;
     std::size_t fails_bytes = 0;
-    while (fails == 0 && fits < max_depth) {
-        const int d = std::min(2 * fits, max_depth);
+    auto probe = [&](int d) {  // moves `fits` or `fails` to d
         ModelFit f = at(d);
         if (f.depth != 0) {
             fits = d;
@@ -569,18 +568,9 @@ ModelFit largest_model_that_fits(const DepthFamily<Config>& family, const PlanIn
             fails = d;
             fails_bytes = f.next_depth_bytes;
         }
-    }
-    while (fails != 0 && fails - fits > 1) {
-        const int d = fits + (fails - fits) / 2;
-        ModelFit f = at(d);
-        if (f.depth != 0) {
-            fits = d;
-            best = std::move(f);
-        } else {
-            fails = d;
-            fails_bytes = f.next_depth_bytes;
-        }
-    }
+    };
+    while (fails == 0 && fits < max_depth) probe(std::min(2 * fits, max_depth));
+    while (fails != 0 && fails - fits > 1) probe(fits + (fails - fits) / 2);
     best.next_depth_bytes = fails_bytes;  // 0 at the limit: no deeper model was tried
     best.at_limit = fails == 0;
     return best;
