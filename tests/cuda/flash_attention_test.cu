@@ -29,9 +29,11 @@
 // The tensor-core shapes (hs = 16, 32, 48, 64, 128) run there for bfloat16 and
 // half and in the SIMT kernels for float; the SIMT shapes (hs = 8, 24, 40,
 // 160) run SIMT for every type. T = 1, 17, 64, 65 and 130 cover one row,
-// partial tiles, a whole tile and three tiles. The backward must give the
-// same bits on every run, and a bad shape throws ShapeError before launching
-// (a tensor the tensor-core path cannot copy in 16-byte pieces, snug::Error).
+// partial tiles, a whole tile and three tiles. Grouped-query attention (KV
+// key/value heads below NH: G = 2, 3 and 4 query heads a key/value head) runs
+// both paths too. The backward must give the same bits on every run, and a
+// bad shape throws ShapeError before launching (a tensor the tensor-core path
+// cannot copy in 16-byte pieces, snug::Error).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -56,8 +58,11 @@ using namespace snug::test;
 
 namespace {
 
+// KV key/value heads (0: NH, multi-head attention).
 struct FlashSize {
-    int B, T, C, NH;
+    int B, T, C, NH, KV = 0;
+    int kv() const { return KV == 0 ? NH : KV; }
+    std::int64_t ld() const { return snug::ops::qkv_width(C, NH, kv()); }  // a row of qkv
 };
 
 std::size_t idx(std::int64_t i) { return static_cast<std::size_t>(i); }
@@ -81,22 +86,28 @@ std::vector<double> as_doubles(const std::vector<T>& v) {
 
 // ops/flash_attention.hpp in float64, written as plainly as possible: per
 // row, the key tiles of flash_tile_k up to the diagonal, m, l, acc and the
-// rounding of p exactly as the contract says.
+// rounding of p exactly as the contract says. Query head h reads key/value
+// head h / G.
 template <class T>
 struct Reference {
     const std::vector<T>& qkv;
     FlashSize z;
     int hs = z.C / z.NH;
+    int G = z.NH / z.kv();
     double scale = 1.0 / std::sqrt(static_cast<double>(hs));
 
-    // part 0: q, 1: k, 2: v.
+    // Where element d of part 0 (q, of query head h), 1 (k, of key/value
+    // head h) or 2 (v, of key/value head h) of row t lies in qkv and dqkv.
+    std::int64_t offset(int b, int t, int part, int h, int d) const {
+        const std::int64_t head = part == 0 ? h : z.NH + std::int64_t{part - 1} * z.kv() + h;
+        return (std::int64_t{b} * z.T + t) * z.ld() + head * hs + d;
+    }
     double at(int b, int t, int part, int h, int d) const {
-        return static_cast<double>(static_cast<float>(
-            qkv[idx((std::int64_t{b} * z.T + t) * 3 * z.C + std::int64_t{part} * z.C + std::int64_t{h} * hs + d)]));
+        return static_cast<double>(static_cast<float>(qkv[idx(offset(b, t, part, h, d))]));
     }
     double score(int b, int h, int t, int j) const {
         double dot = 0.0;
-        for (int d = 0; d < hs; ++d) dot += at(b, t, 0, h, d) * at(b, j, 1, h, d);
+        for (int d = 0; d < hs; ++d) dot += at(b, t, 0, h, d) * at(b, j, 1, h / G, d);
         return scale * dot;
     }
 
@@ -125,7 +136,7 @@ struct Reference {
                             const double p = std::exp(s[idx(j - k0)] - next);
                             l += p;
                             const double pr = round_as<T>(p);
-                            for (int d = 0; d < hs; ++d) acc[idx(d)] += pr * at(b, j, 2, h, d);
+                            for (int d = 0; d < hs; ++d) acc[idx(d)] += pr * at(b, j, 2, h / G, d);
                         }
                         m = next;
                     }
@@ -137,15 +148,15 @@ struct Reference {
         }
     }
 
-    // dqkv (B, T, 3C) and D (B, NH, T) from dout and the forward's out and lse
-    // (the device's, as its backward gets them).
+    // dqkv (B, T, C + 2 KV hs) and D (B, NH, T) from dout and the forward's
+    // out and lse (the device's, as its backward gets them).
     void backward(std::vector<double>& dqkv, std::vector<double>& D, const std::vector<T>& dout,
                   const std::vector<T>& out, const std::vector<float>& lse) const {
-        dqkv.assign(idx(std::int64_t{z.B} * z.T * 3 * z.C), 0.0);
+        dqkv.assign(idx(std::int64_t{z.B} * z.T * z.ld()), 0.0);
         D.assign(idx(std::int64_t{z.B} * z.NH * z.T), 0.0);
         const auto row = [&](int b, int t, int h) { return (std::int64_t{b} * z.T + t) * z.C + std::int64_t{h} * hs; };
         const auto grad = [&](int b, int t, int part, int h, int d) -> double& {
-            return dqkv[idx((std::int64_t{b} * z.T + t) * 3 * z.C + std::int64_t{part} * z.C + std::int64_t{h} * hs + d)];
+            return dqkv[idx(offset(b, t, part, h, d))];
         };
         for (int b = 0; b < z.B; ++b) {
             for (int h = 0; h < z.NH; ++h) {
@@ -160,13 +171,14 @@ struct Reference {
                     for (int j = 0; j <= t; ++j) {
                         const double p = std::exp(score(b, h, t, j) - static_cast<double>(lse[idx(r)]));
                         double dp = 0.0;
-                        for (int d = 0; d < hs; ++d) dp += to_double(dout[idx(row(b, t, h) + d)]) * at(b, j, 2, h, d);
+                        for (int d = 0; d < hs; ++d)
+                            dp += to_double(dout[idx(row(b, t, h) + d)]) * at(b, j, 2, h / G, d);
                         const double ds = round_as<T>(p * (dp - D[idx(r)]));
                         const double pr = round_as<T>(p);
                         for (int d = 0; d < hs; ++d) {
-                            grad(b, t, 0, h, d) += ds * at(b, j, 1, h, d);
-                            grad(b, j, 1, h, d) += ds * at(b, t, 0, h, d);
-                            grad(b, j, 2, h, d) += pr * to_double(dout[idx(row(b, t, h) + d)]);
+                            grad(b, t, 0, h, d) += ds * at(b, j, 1, h / G, d);
+                            grad(b, j, 1, h / G, d) += ds * at(b, t, 0, h, d);
+                            grad(b, j, 2, h / G, d) += pr * to_double(dout[idx(row(b, t, h) + d)]);
                         }
                     }
                 }
@@ -174,11 +186,10 @@ struct Reference {
         }
         for (int b = 0; b < z.B; ++b)
             for (int t = 0; t < z.T; ++t)
-                for (int h = 0; h < z.NH; ++h)
-                    for (int d = 0; d < hs; ++d) {
-                        grad(b, t, 0, h, d) *= scale;
-                        grad(b, t, 1, h, d) *= scale;
-                    }
+                for (int d = 0; d < hs; ++d) {
+                    for (int h = 0; h < z.NH; ++h) grad(b, t, 0, h, d) *= scale;
+                    for (int g = 0; g < z.kv(); ++g) grad(b, t, 1, g, d) *= scale;
+                }
     }
 };
 
@@ -229,22 +240,24 @@ void check_mostly_rounded(const std::vector<T>& device, const std::vector<double
 
 template <class T>
 void check_flash(snug::Generator& rng, const FlashSize& z, bool tensor_cores) {
-    INFO("B = " << z.B << ", T = " << z.T << ", C = " << z.C << ", NH = " << z.NH << ", hs = " << z.C / z.NH);
+    INFO("B = " << z.B << ", T = " << z.T << ", C = " << z.C << ", NH = " << z.NH << ", KV = " << z.kv()
+                << ", hs = " << z.C / z.NH);
     REQUIRE(snug::cuda::flash_attention_uses_tensor_cores<T>(z.C / z.NH) == tensor_cores);
     MemoryTracker tracker;
     const Cuda dev{};
     const auto bt = static_cast<std::size_t>(z.B) * static_cast<std::size_t>(z.T);
     const auto C = static_cast<std::size_t>(z.C);
+    const auto ld = static_cast<std::size_t>(z.ld());
     const auto stats = static_cast<std::size_t>(snug::ops::flash_stat_elems(z.B, z.T, z.NH));
     // Scores of a few units: softmax rows neither flat nor one-hot.
-    const auto qkv = random_values<T>(rng, bt * 3 * C, -1.5f, 1.5f);
+    const auto qkv = random_values<T>(rng, bt * ld, -1.5f, 1.5f);
     const auto dout = random_values<T>(rng, bt * C, -1.0f, 1.0f);
     const Reference<T> ref{qkv, z};
 
     auto qkv_d = to_device(tracker, qkv);
     auto out_d = poisoned<T>(tracker, bt * C);
     auto lse_d = poisoned<float>(tracker, stats);
-    snug::cuda::flash_attention_forward(dev, out_d.data(), lse_d.data(), qkv_d.data(), z.B, z.T, z.C, z.NH);
+    snug::cuda::flash_attention_forward(dev, out_d.data(), lse_d.data(), qkv_d.data(), z.B, z.T, z.C, z.NH, z.kv());
     const auto out = to_host(out_d);
     const auto lse = to_host(lse_d);
     std::vector<double> ref_out, ref_lse;
@@ -255,7 +268,8 @@ void check_flash(snug::Generator& rng, const FlashSize& z, bool tensor_cores) {
     const snug::Host host;
     std::vector<T> host_out(bt * C);
     std::vector<float> host_lse(stats);
-    snug::host::flash_attention_forward(host, host_out.data(), host_lse.data(), qkv.data(), z.B, z.T, z.C, z.NH);
+    snug::host::flash_attention_forward(host, host_out.data(), host_lse.data(), qkv.data(), z.B, z.T, z.C, z.NH,
+                                        z.kv());
     check_close(out, host_out, rounded_tolerance<T>(1e-5), "out against the host");
     check_close(lse, host_lse, 1e-5, "lse against the host");
 
@@ -265,10 +279,10 @@ void check_flash(snug::Generator& rng, const FlashSize& z, bool tensor_cores) {
     std::vector<T> first_dqkv;
     std::vector<float> first_scratch;
     for (int run = 0; run < 2; ++run) {
-        auto dqkv_d = poisoned<T>(tracker, bt * 3 * C);
+        auto dqkv_d = poisoned<T>(tracker, bt * ld);
         auto scratch_d = poisoned<float>(tracker, stats);
         snug::cuda::flash_attention_backward(dev, dqkv_d.data(), scratch_d.data(), dout_d.data(), qkv_d.data(),
-                                             out_d.data(), lse_d.data(), z.B, z.T, z.C, z.NH);
+                                             out_d.data(), lse_d.data(), z.B, z.T, z.C, z.NH, z.kv());
         if (run == 0) {
             first_dqkv = to_host(dqkv_d);
             first_scratch = to_host(scratch_d);
@@ -282,10 +296,10 @@ void check_flash(snug::Generator& rng, const FlashSize& z, bool tensor_cores) {
     check_close(as_doubles(first_scratch), ref_D, 1e-5, "D (scratch)");
     check_close(as_doubles(first_dqkv), ref_dqkv, backward_tolerance<T>(), "dqkv");
     check_mostly_rounded(first_dqkv, ref_dqkv, "dqkv");
-    std::vector<T> host_dqkv(bt * 3 * C);
+    std::vector<T> host_dqkv(bt * ld);
     std::vector<float> host_D(stats);
     snug::host::flash_attention_backward(host, host_dqkv.data(), host_D.data(), dout.data(), qkv.data(), out.data(),
-                                         lse.data(), z.B, z.T, z.C, z.NH);
+                                         lse.data(), z.B, z.T, z.C, z.NH, z.kv());
     check_close(first_scratch, host_D, 1e-5, "D against the host");
     check_close(first_dqkv, host_dqkv, backward_tolerance<T>(), "dqkv against the host");
 }
@@ -324,6 +338,26 @@ TEMPLATE_TEST_CASE("cuda flash attention at SIMT head sizes matches its float64 
     for (const auto& z : sizes) check_flash<TestType>(rng, z, false);
 }
 
+TEMPLATE_TEST_CASE("cuda flash attention with grouped-query heads matches its float64 reference",
+                   "[cuda][flash_attention]", float, snug::bfloat16, snug::half) {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    snug::Generator rng(seed);
+    const bool mma = !std::is_same_v<TestType, float>;
+    struct Case {
+        FlashSize z;
+        bool tensor_cores;  // for bfloat16 and half
+    };
+    const Case cases[] = {
+        {{1, 70, 64, 4, 2}, true},    // hs = 16 (the 64 kernel skipping channel steps), G = 2, two tiles
+        {{2, 70, 128, 4, 1}, true},   // hs = 32, G = 4: one key/value head a sequence
+        {{1, 130, 256, 4, 2}, true},  // hs = 64 (the exact kernel), G = 2, three tiles
+        {{1, 70, 48, 6, 2}, false},   // hs = 8, G = 3
+        {{2, 17, 96, 4, 1}, false},   // hs = 24, G = 4, one partial tile
+    };
+    for (const auto& c : cases) check_flash<TestType>(rng, c.z, mma && c.tensor_cores);
+}
+
 TEMPLATE_TEST_CASE("cuda flash attention's tensor-core kernels match their reference in the shape each card takes",
                    "[cuda][flash_attention]", snug::bfloat16, snug::half) {
     const std::uint64_t seed = fresh_seed();
@@ -336,9 +370,10 @@ TEMPLATE_TEST_CASE("cuda flash attention's tensor-core kernels match their refer
     // and the other on the host puts an element past them now and then, as
     // it did before the FlashAttention-2 reshape).
     const FlashSize sizes[] = {
-        {1, 130, 64, 1},   // hs = 64
-        {1, 130, 96, 1},   // hs = 96, the 128 kernel skipping its last channel steps
-        {1, 130, 128, 1},  // hs = 128
+        {1, 130, 64, 1},      // hs = 64
+        {1, 130, 96, 1},      // hs = 96, the 128 kernel skipping its last channel steps
+        {1, 130, 128, 1},     // hs = 128
+        {1, 130, 256, 2, 1},  // hs = 128, two query heads of one key/value head: dK and dV walk both
     };
     // The launchers pick each backward kernel's shape by the card's shared
     // memory: on a GPU its own; emulated, an H200's (227 KiB per block: 8
@@ -371,6 +406,16 @@ TEST_CASE("cuda flash attention rejects bad sizes and misaligned tensors before 
     CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, -1, 8, 48, 4), Contains("B = -1"));
     CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, f, f, f, 1 << 16, 1 << 16, 64, 1),
                       Contains("2^31 - 1"));
+    // Grouped-query attention: NH must be a multiple of KV (KV > 0).
+    CHECK_THROWS_AS(snug::cuda::flash_attention_forward(dev, f, f, f, 1, 8, 48, 4, 3), snug::ShapeError);
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, h, f, h, 1, 8, 64, 4, 3),
+                      Contains("flash_attention_forward") && Contains("key/value heads"));
+    CHECK_THROWS_AS(snug::cuda::flash_attention_backward(dev, h, f, h, h, h, f, 1, 8, 64, 4, 0), snug::ShapeError);
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_backward(dev, f, f, f, f, f, f, 1, 8, 48, 6, 4),
+                      Contains("flash_attention_backward") && Contains("key/value heads"));
+    // The kernels index a row of qkv with int: C + 2 KV hs = 3 * 2^30 channels is too wide.
+    CHECK_THROWS_WITH(snug::cuda::flash_attention_forward(dev, f, f, f, 1, 1, 1 << 30, 1),
+                      Contains("C + 2 KV hs") && Contains("2^31 - 1"));
     // The tensor-core path copies 16-byte pieces: a tensor one element off is refused, by name.
     MemoryTracker tracker;
     auto buf = poisoned<snug::bfloat16>(tracker, 3 * 64 + 8);

@@ -32,18 +32,26 @@ using snug::test::to_double;
 constexpr int tile_q = snug::ops::flash_tile_q;
 constexpr int tile_k = snug::ops::flash_tile_k;
 
+// KV key/value heads (0: NH, multi-head attention); query head h reads key
+// and value head h / (NH / KV).
 struct Shape {
     int B, T, C, NH;
+    int KV = 0;
+    int kv() const { return KV > 0 ? KV : NH; }
     int hs() const { return C / NH; }
-    std::size_t qkv() const { return std::size_t(B) * T * 3 * C; }
+    std::size_t width() const { return std::size_t(C) + 2 * std::size_t(kv()) * hs(); }  // of a row of qkv
+    std::size_t qkv() const { return std::size_t(B) * T * width(); }
     std::size_t out() const { return std::size_t(B) * T * C; }
     std::size_t stats() const { return std::size_t(B) * NH * T; }
-    std::size_t q_at(int b, int t, int part, int h) const {  // first element of q, k or v of (b, t, h)
-        return (std::size_t(b) * T + t) * 3 * C + std::size_t(part) * C + std::size_t(h) * hs();
+    std::size_t q_at(int b, int t, int part, int h) const {  // first element of q, k or v that query head h reads
+        const std::size_t row = (std::size_t(b) * T + t) * width();
+        if (part == 0) return row + std::size_t(h) * hs();
+        const std::size_t g = std::size_t(h / (NH / kv()));
+        return row + C + std::size_t(part - 1) * kv() * hs() + g * hs();
     }
     std::size_t o_at(int b, int t, int h) const { return (std::size_t(b) * T + t) * C + std::size_t(h) * hs(); }
     std::size_t s_at(int b, int h, int t) const { return (std::size_t(b) * NH + h) * T + t; }
-    std::string str() const { return fmt::format("B={} T={} C={} NH={} (hs={})", B, T, C, NH, hs()); }
+    std::string str() const { return fmt::format("B={} T={} C={} NH={} KV={} (hs={})", B, T, C, NH, kv(), hs()); }
 };
 
 template <class T>
@@ -257,9 +265,10 @@ FlashRun<T> run_flash(const std::vector<T>& qkv, const std::vector<T>& dout, con
     r.dqkv.assign(s.qkv(), nan_value<T>());
     r.lse.assign(s.stats(), nan_value<stat_t<T>>());
     r.D.assign(s.stats(), nan_value<stat_t<T>>());
-    snug::host::flash_attention_forward(Device{}, r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    snug::host::flash_attention_forward(Device{}, r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH,
+                                        s.kv());
     snug::host::flash_attention_backward(Device{}, r.dqkv.data(), r.D.data(), dout.data(), qkv.data(), r.out.data(),
-                                         r.lse.data(), s.B, s.T, s.C, s.NH);
+                                         r.lse.data(), s.B, s.T, s.C, s.NH, s.kv());
     return r;
 }
 
@@ -279,6 +288,8 @@ TEST_CASE("flash attention in double: out and lse match the textbook softmax, dq
         {{1, 130, 6, 2}, 1u << 30},  // hs = 3, every element
         {{2, 70, 16, 2}, 900},      // hs = 8
         {{1, 1, 10, 2}, 1u << 30},  // T = 1, hs = 5
+        {{2, 70, 12, 4, 2}, 1u << 30},  // grouped queries: 2 per key/value head, hs = 3, every element
+        {{1, 130, 12, 4, 1}, 1200},     // one key/value head for 4 query heads
     };
     std::uint32_t seed = 1500;
     for (const Case& c : cases) {
@@ -385,6 +396,8 @@ TEMPLATE_TEST_CASE("16-bit flash attention is the contract's algorithm with its 
         {2, 70, 16, 2},    // hs = 8, two tiles
         {1, 150, 128, 2},  // hs = 64, three tiles
         {2, 9, 12, 3},     // hs = 4, one partial tile
+        {2, 70, 32, 4, 2},    // grouped queries, hs = 8
+        {1, 150, 128, 2, 1},  // one key/value head, hs = 64
     };
     std::uint32_t seed = 3500;
     for (const Shape& s : shapes) {
@@ -396,7 +409,8 @@ TEMPLATE_TEST_CASE("16-bit flash attention is the contract's algorithm with its 
         tiled_forward_reference<T>(ref_out, ref_lse, widen(qkv), s);
         std::vector<T> out(s.out(), nan_value<T>());
         std::vector<float> lse(s.stats(), nan_value<float>());
-        snug::host::flash_attention_forward(Device{}, out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+        snug::host::flash_attention_forward(Device{}, out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH,
+                                            s.kv());
 
         // The backward of both from the reference's out and lse, as stored.
         std::vector<T> out_in(s.out());
@@ -408,7 +422,7 @@ TEMPLATE_TEST_CASE("16-bit flash attention is the contract's algorithm with its 
         std::vector<T> dqkv(s.qkv(), nan_value<T>());
         std::vector<float> D(s.stats(), nan_value<float>());
         snug::host::flash_attention_backward(Device{}, dqkv.data(), D.data(), dout.data(), qkv.data(), out_in.data(),
-                                             lse_in.data(), s.B, s.T, s.C, s.NH);
+                                             lse_in.data(), s.B, s.T, s.C, s.NH, s.kv());
 
         // The kernel's fp32 differs from the reference's double by ~1e-6
         // relative (sums in another order, the fast exponential), far below
@@ -439,42 +453,93 @@ TEMPLATE_TEST_CASE("16-bit flash attention is the contract's algorithm with its 
 TEMPLATE_TEST_CASE("flash attention gives the same bits on every run and for any thread count", "[flash_attention]",
                    float, bfloat16) {
     using T = TestType;
-    const Shape s{2, 200, 192, 3};  // hs = 64, 4 tiles: 24 tasks a pass
-    const std::uint32_t seed = 4500;
-    INFO(s.str() << " seed " << seed);
-    const std::vector<T> qkv = snug::test::random_values<T>(s.qkv(), seed, -2.0, 2.0);
-    const std::vector<T> dout = snug::test::random_values<T>(s.out(), seed + 1);
-    const snug::host::detail::FlashShape sh = snug::host::detail::flash_shape(s.B, s.T, s.C, s.NH);
+    // hs = 64, 4 tiles: 24 tasks a forward pass; then grouped queries (4 backward tasks).
+    for (const Shape s : {Shape{2, 200, 192, 3}, Shape{2, 200, 256, 4, 2}}) {
+        const std::uint32_t seed = 4500;
+        INFO(s.str() << " seed " << seed);
+        const std::vector<T> qkv = snug::test::random_values<T>(s.qkv(), seed, -2.0, 2.0);
+        const std::vector<T> dout = snug::test::random_values<T>(s.out(), seed + 1);
+        const snug::host::detail::FlashShape sh = snug::host::detail::flash_shape(s.B, s.T, s.C, s.NH, s.kv());
 
-    auto run = [&](unsigned threads) {
-        FlashRun<T> r;
-        r.out.assign(s.out(), nan_value<T>());
-        r.dqkv.assign(s.qkv(), nan_value<T>());
-        r.lse.assign(s.stats(), nan_value<float>());
-        r.D.assign(s.stats(), nan_value<float>());
-        snug::host::detail::flash_attention_forward_run(r.out.data(), r.lse.data(), qkv.data(), sh, threads);
-        snug::host::detail::flash_attention_backward_run(r.dqkv.data(), r.D.data(), dout.data(), qkv.data(),
-                                                         r.out.data(), r.lse.data(), sh, threads);
-        return r;
-    };
-    auto same_bits = [](const auto& a, const auto& b) {
-        if (a.size() != b.size()) return false;
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            if (snug::test::bits_of(a[i]) != snug::test::bits_of(b[i])) return false;
+        auto run = [&](unsigned threads) {
+            FlashRun<T> r;
+            r.out.assign(s.out(), nan_value<T>());
+            r.dqkv.assign(s.qkv(), nan_value<T>());
+            r.lse.assign(s.stats(), nan_value<float>());
+            r.D.assign(s.stats(), nan_value<float>());
+            snug::host::detail::flash_attention_forward_run(r.out.data(), r.lse.data(), qkv.data(), sh, threads);
+            snug::host::detail::flash_attention_backward_run(r.dqkv.data(), r.D.data(), dout.data(), qkv.data(),
+                                                             r.out.data(), r.lse.data(), sh, threads);
+            return r;
+        };
+        auto same_bits = [](const auto& a, const auto& b) {
+            if (a.size() != b.size()) return false;
+            for (std::size_t i = 0; i < a.size(); ++i) {
+                if (snug::test::bits_of(a[i]) != snug::test::bits_of(b[i])) return false;
+            }
+            return true;
+        };
+        const FlashRun<T> one = run(1);
+        // On a machine with fewer cores, parallel_for runs as many as it has.
+        const FlashRun<T> many = run(std::max(4U, snug::host::max_threads()));
+        const FlashRun<T> again = run_flash(qkv, dout, s);
+        CHECK(std::none_of(one.dqkv.begin(), one.dqkv.end(), [](T v) { return std::isnan(to_double(v)); }));
+        CHECK(std::none_of(one.out.begin(), one.out.end(), [](T v) { return std::isnan(to_double(v)); }));
+        for (const FlashRun<T>* r : {&many, &again}) {
+            CHECK(same_bits(r->out, one.out));
+            CHECK(same_bits(r->lse, one.lse));
+            CHECK(same_bits(r->D, one.D));
+            CHECK(same_bits(r->dqkv, one.dqkv));
         }
-        return true;
-    };
-    const FlashRun<T> one = run(1);
-    // On a machine with fewer cores, parallel_for runs as many as it has.
-    const FlashRun<T> many = run(std::max(4U, snug::host::max_threads()));
-    const FlashRun<T> again = run_flash(qkv, dout, s);
-    CHECK(std::none_of(one.dqkv.begin(), one.dqkv.end(), [](T v) { return std::isnan(to_double(v)); }));
-    CHECK(std::none_of(one.out.begin(), one.out.end(), [](T v) { return std::isnan(to_double(v)); }));
-    for (const FlashRun<T>* r : {&many, &again}) {
-        CHECK(same_bits(r->out, one.out));
-        CHECK(same_bits(r->lse, one.lse));
-        CHECK(same_bits(r->D, one.D));
-        CHECK(same_bits(r->dqkv, one.dqkv));
+    }
+}
+
+TEMPLATE_TEST_CASE("grouped-query flash attention is multi-head attention on repeated keys and values",
+                   "[flash_attention]", double, float) {
+    // The reference: each key/value head copied to the NH / KV query heads
+    // that read it (transformers' repeat_kv), multi-head flash attention on
+    // that, and the copies' gradients summed (in double). Forward and dq run
+    // the same operations in the same order, so they are the same bits; dk
+    // and dv sum the group's heads in another order: 1e-12 in double, 1e-5
+    // in fp32 (sums of a few hundred terms of size ~1).
+    using T = TestType;
+    const double tol = std::is_same_v<T, double> ? 1e-12 : 1e-5;
+    for (const Shape g : {Shape{2, 70, 32, 4, 2}, Shape{1, 130, 48, 6, 2}, Shape{2, 65, 24, 3, 1}}) {
+        const Shape m{g.B, g.T, g.C, g.NH};  // the expanded, multi-head shape
+        const std::uint32_t seed = 4700 + static_cast<std::uint32_t>(g.T);
+        INFO(g.str() << " seed " << seed);
+        const std::vector<T> qkv = snug::test::random_values<T>(g.qkv(), seed, -2.0, 2.0);
+        const std::vector<T> dout = snug::test::random_values<T>(g.out(), seed + 1);
+        std::vector<T> expanded(m.qkv(), nan_value<T>());
+        for (int b = 0; b < g.B; ++b)
+            for (int t = 0; t < g.T; ++t)
+                for (int h = 0; h < g.NH; ++h)
+                    for (int part = 0; part < 3; ++part)
+                        for (int i = 0; i < g.hs(); ++i)
+                            expanded[m.q_at(b, t, part, h) + i] = qkv[g.q_at(b, t, part, h) + i];
+
+        const FlashRun<T> got = run_flash(qkv, dout, g);
+        const FlashRun<T> want = run_flash(expanded, dout, m);
+        CHECK(got.out == want.out);
+        CHECK(got.lse == want.lse);
+        std::vector<double> want_dqkv(g.qkv(), 0.0);
+        for (int b = 0; b < g.B; ++b)
+            for (int t = 0; t < g.T; ++t)
+                for (int h = 0; h < g.NH; ++h)
+                    for (int i = 0; i < g.hs(); ++i) {
+                        want_dqkv[g.q_at(b, t, 0, h) + i] = to_double(want.dqkv[m.q_at(b, t, 0, h) + i]);
+                        want_dqkv[g.q_at(b, t, 1, h) + i] += to_double(want.dqkv[m.q_at(b, t, 1, h) + i]);
+                        want_dqkv[g.q_at(b, t, 2, h) + i] += to_double(want.dqkv[m.q_at(b, t, 2, h) + i]);
+                    }
+        bool dq_same = true;
+        for (int b = 0; b < g.B; ++b)
+            for (int t = 0; t < g.T; ++t)
+                for (int h = 0; h < g.NH; ++h)
+                    for (int i = 0; i < g.hs(); ++i)
+                        dq_same = dq_same && got.dqkv[g.q_at(b, t, 0, h) + i] == want.dqkv[m.q_at(b, t, 0, h) + i];
+        CHECK(dq_same);
+        CHECK(rms(want_dqkv) > 1e-2);
+        CHECK(rel_to_rms(got.dqkv, want_dqkv) < tol);
     }
 }
 
@@ -501,6 +566,10 @@ TEST_CASE("flash attention does nothing for empty shapes and rejects shapes that
     CHECK_THROWS_WITH(flash_attention_backward(Device{}, p, p, p, p, p, p, 1, 4, 12, 5),
                       Catch::Matchers::Contains("flash_attention_backward") && Catch::Matchers::Contains("C = 12") &&
                           Catch::Matchers::Contains("NH = 5"));
+    CHECK_THROWS_WITH(flash_attention_forward(Device{}, p, p, p, 1, 4, 12, 6, 4),
+                      Catch::Matchers::Contains("NH = 6") && Catch::Matchers::Contains("KV = 4 key/value heads"));
+    CHECK_THROWS_WITH(flash_attention_backward(Device{}, p, p, p, p, p, p, 1, 4, 12, 6, 0),
+                      Catch::Matchers::Contains("flash_attention_backward") && Catch::Matchers::Contains("KV = 0"));
     // A rejected call wrote nothing.
     CHECK(std::all_of(buf.begin(), buf.end(), [](float x) { return x == 3.0f; }));
 }

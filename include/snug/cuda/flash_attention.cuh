@@ -2,7 +2,9 @@
 // self-attention on the fused qkv that never holds the T x T matrix, computing
 // exactly what ops/flash_attention.hpp specifies (64 x 64 tiles, online
 // softmax in fp32, p and ds rounded to T before the second products, one
-// log-sum-exp per row, a deterministic two-pass backward).
+// log-sum-exp per row, a deterministic two-pass backward), with grouped-query
+// attention: KV key/value heads, each shared by G = NH / KV query heads (a
+// row of qkv is C + 2 KV hs wide; KV = NH is multi-head attention).
 //
 // Two implementations of that one contract:
 //   - tensor cores, for bf16 and fp16 with hs a multiple of 16 up to 128, in
@@ -29,14 +31,15 @@
 //     32-channel blocks staged in shared memory (so any hs fits); each output
 //     pass covers 32 channels, recomputing the scores for each pass.
 // The backward, either way: a small kernel for D = rowsum(dout * out), then
-// dK and dV (one block per key block, walking the query tiles from the
-// diagonal down in order) and dQ (one block per query block, walking the key
-// tiles in order). Each output row has one owner: no atomics, the same bits
-// every run.
+// dK and dV (one block per key block of a key/value head, walking its G query
+// heads in order and for each the query tiles from the diagonal down in
+// order) and dQ (one block per query block, walking the key tiles in order).
+// Each output row has one owner: no atomics, the same bits every run.
 #pragma once
 
 #include "snug/cuda/runtime.hpp"
 
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -90,17 +93,19 @@ __device__ inline float flash_round(float x) {
     }
 }
 
-// What a block of a grid of heads * tiles blocks works on. Blocks run tile
-// by tile, heads inside: with `high_first` the highest tile (a query tile's
-// most key tiles) comes first, otherwise the lowest (a key tile's most query
-// tiles), so the longest blocks start first.
+// What a block of a grid of heads * tiles blocks works on (heads: B NH query
+// heads, or B KV key/value heads for dK and dV). Blocks run tile by tile,
+// heads inside: with `high_first` the highest tile (a query tile's most key
+// tiles) comes first, otherwise the lowest (a key tile's most query tiles),
+// so the longest blocks start first.
 struct FlashBlock {
     std::int64_t b, h, bh;
     int tile;
 };
 
-// In 32-bit arithmetic (the grid, B NH, holds fewer than 2^31 blocks), so
-// no 64-bit division routine is called.
+// In 32-bit arithmetic (the grid, B NH or B KV times the tiles, holds fewer
+// than 2^31 blocks), so no 64-bit division routine is called. NH: the heads
+// per sequence the grid counts.
 __device__ inline FlashBlock flash_block(int tiles, int NH, bool high_first) {
     const unsigned heads = gridDim.x / static_cast<unsigned>(tiles);
     const unsigned i = blockIdx.x / heads;
@@ -108,6 +113,18 @@ __device__ inline FlashBlock flash_block(int tiles, int NH, bool high_first) {
     const auto nh = static_cast<unsigned>(NH);
     const int tile = static_cast<int>(i);
     return {bh / nh, bh % nh, bh, high_first ? tiles - 1 - tile : tile};
+}
+
+// The width of a row of qkv (and dqkv): C query channels, then KV key heads
+// and KV value heads of hs channels (ops::qkv_width; below 2^31, checked on
+// the host, so summed in int: ptxas keeps fewer registers for the products
+// of row numbers with it). Query head h reads key head g = h / G (G = NH /
+// KV) at channel C + g hs and value head g at C + KV hs + g hs. The kernels
+// take both KV and G, so that none divides twice; unsigned, the one division
+// is the cheaper routine.
+__device__ inline std::int64_t flash_ld(int C, int hs, int KV) { return C + 2 * KV * hs; }
+__device__ inline int flash_kv_head(std::int64_t h, int G) {
+    return static_cast<int>(static_cast<unsigned>(h) / static_cast<unsigned>(G));
 }
 
 // ---- SIMT kernels (any T, any hs) ---------------------------------------------------
@@ -156,8 +173,8 @@ template <class T>
 __global__ void __launch_bounds__(flash_tile)
     flash_forward_simt_kernel(T* out,        // (B, T, C)
                               float* lse,    // (B, NH, T)
-                              const T* qkv,  // (B, T, 3C)
-                              int T_, int C, int NH) {
+                              const T* qkv,  // (B, T, C + 2 KV hs)
+                              int T_, int C, int NH, int KV, int G) {
     struct Tiles {
         FlashBlockTile q, k, v;
     };
@@ -167,8 +184,11 @@ __global__ void __launch_bounds__(flash_tile)
     const FlashBlock blk = flash_block(tiles, NH, true);
     const int r = static_cast<int>(threadIdx.x);
     const int q0 = blk.tile * flash_tile, t = q0 + r;
-    const std::int64_t ld = 3 * std::int64_t{C};
+    const std::int64_t ld = flash_ld(C, hs, KV);
+    const int g = flash_kv_head(blk.h, G);
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;  // q of row 0 of this sequence and head
+    const T* keys = qkv + blk.b * T_ * ld + C + g * hs;  // k of row 0 of its key/value head; v KV hs on
+    const int v_at = KV * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
 
     for (int c0 = 0; c0 < hs; c0 += flash_chunk) {
@@ -179,7 +199,7 @@ __global__ void __launch_bounds__(flash_tile)
             float s[flash_tile] = {};
             for (int d0 = 0; d0 < hs; d0 += flash_chunk) {
                 flash_load_block(sh.q, seq + q0 * ld + d0, ld, T_ - q0, hs - d0);
-                flash_load_block(sh.k, seq + k0 * ld + C + d0, ld, T_ - k0, hs - d0);
+                flash_load_block(sh.k, keys + k0 * ld + d0, ld, T_ - k0, hs - d0);
                 __syncthreads();
                 flash_dot_block(s, sh.q, r, sh.k);
                 __syncthreads();
@@ -201,7 +221,7 @@ __global__ void __launch_bounds__(flash_tile)
                 s[j] = flash_round<T>(p);
             }
             m = row_max;
-            flash_load_block(sh.v, seq + k0 * ld + 2 * C + c0, ld, T_ - k0, hs - c0);
+            flash_load_block(sh.v, keys + k0 * ld + v_at + c0, ld, T_ - k0, hs - c0);
             __syncthreads();
             flash_weighted_rows(acc, s, sh.v);
             __syncthreads();
@@ -214,19 +234,20 @@ __global__ void __launch_bounds__(flash_tile)
     }
 }
 
-// dK and dV, one block of flash_tile threads per (b, h, key tile), thread r
-// on key row j = k0 + r. For each pass over 32 output channels, the query
-// tiles from the diagonal on, in order: s and dp (64 query rows each) from
+// dK and dV, one block of flash_tile threads per (b, key/value head g, key
+// tile), thread r on key row j = k0 + r. For each pass over 32 output
+// channels, the G query heads of g in order, and for each the query tiles
+// from the diagonal on, in order: s and dp (64 query rows each) from
 // 32-channel blocks of Q, K, dO and V, then p = e^(s - lse), ds = p (dp - D)
 // and dv += round(p) dO, dk += round(ds) Q over the pass's channels.
 template <class T>
 __global__ void __launch_bounds__(flash_tile)
-    flash_backward_key_simt_kernel(T* dqkv,          // (B, T, 3C) k and v parts written
+    flash_backward_key_simt_kernel(T* dqkv,          // (B, T, C + 2 KV hs) k and v parts written
                                    const T* dout,    // (B, T, C)
-                                   const T* qkv,     // (B, T, 3C)
+                                   const T* qkv,     // (B, T, C + 2 KV hs)
                                    const float* lse, // (B, NH, T)
                                    const float* D,   // (B, NH, T)
-                                   int T_, int C, int NH) {
+                                   int T_, int C, int NH, int KV, int G) {
     struct Tiles {
         FlashBlockTile q, k, o, v;
         float lse[flash_tile], D[flash_tile];
@@ -234,53 +255,62 @@ __global__ void __launch_bounds__(flash_tile)
     Tiles& sh = block_shared<Tiles>();
     const int hs = C / NH;
     const int tiles = (T_ + flash_tile - 1) / flash_tile;
-    const FlashBlock blk = flash_block(tiles, NH, false);
+    const FlashBlock blk = flash_block(tiles, KV, false);  // blk.h: the key/value head
     const int r = static_cast<int>(threadIdx.x);
     const int k0 = blk.tile * flash_tile, j = k0 + r;
-    const std::int64_t ld = 3 * std::int64_t{C};
-    const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
-    const T* dO = dout + blk.b * T_ * C + blk.h * hs;
+    const std::int64_t ld = flash_ld(C, hs, KV);
+    const int h0 = static_cast<int>(blk.h) * G;  // its first query head
+    const T* seq = qkv + blk.b * T_ * ld + h0 * hs;          // q of head h0
+    const T* keys = qkv + blk.b * T_ * ld + C + blk.h * hs;  // k; v KV hs on
+    const T* dO = dout + blk.b * T_ * C + h0 * hs;
+    const std::int64_t stats = (blk.b * NH + h0) * T_;       // head h0's lse and D
+    const int v_at = KV * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
 
     for (int c0 = 0; c0 < hs; c0 += flash_chunk) {
         float dk[flash_chunk] = {}, dv[flash_chunk] = {};
-        for (int qt = blk.tile; qt < tiles; ++qt) {
-            const int q0 = qt * flash_tile;
-            float s[flash_tile] = {}, dp[flash_tile] = {};
-            for (int d0 = 0; d0 < hs; d0 += flash_chunk) {
-                flash_load_block(sh.q, seq + q0 * ld + d0, ld, T_ - q0, hs - d0);
-                flash_load_block(sh.k, seq + k0 * ld + C + d0, ld, T_ - k0, hs - d0);
-                flash_load_block(sh.o, dO + q0 * std::int64_t{C} + d0, C, T_ - q0, hs - d0);
-                flash_load_block(sh.v, seq + k0 * ld + 2 * C + d0, ld, T_ - k0, hs - d0);
-                if (d0 == 0) {
-                    const bool in = q0 + r < T_;
-                    sh.lse[r] = in ? lse[blk.bh * T_ + q0 + r] : 0.0f;
-                    sh.D[r] = in ? D[blk.bh * T_ + q0 + r] : 0.0f;
+        for (int n = 0; n < G; ++n) {  // query head h0 + n
+            const T* q_n = seq + n * hs;
+            const T* dO_n = dO + n * hs;
+            const std::int64_t stats_n = stats + std::int64_t{n} * T_;
+            for (int qt = blk.tile; qt < tiles; ++qt) {
+                const int q0 = qt * flash_tile;
+                float s[flash_tile] = {}, dp[flash_tile] = {};
+                for (int d0 = 0; d0 < hs; d0 += flash_chunk) {
+                    flash_load_block(sh.q, q_n + q0 * ld + d0, ld, T_ - q0, hs - d0);
+                    flash_load_block(sh.k, keys + k0 * ld + d0, ld, T_ - k0, hs - d0);
+                    flash_load_block(sh.o, dO_n + q0 * std::int64_t{C} + d0, C, T_ - q0, hs - d0);
+                    flash_load_block(sh.v, keys + k0 * ld + v_at + d0, ld, T_ - k0, hs - d0);
+                    if (d0 == 0) {
+                        const bool in = q0 + r < T_;
+                        sh.lse[r] = in ? lse[stats_n + q0 + r] : 0.0f;
+                        sh.D[r] = in ? D[stats_n + q0 + r] : 0.0f;
+                    }
+                    __syncthreads();
+                    flash_dot_block(s, sh.k, r, sh.q);
+                    flash_dot_block(dp, sh.v, r, sh.o);
+                    __syncthreads();
                 }
-                __syncthreads();
-                flash_dot_block(s, sh.k, r, sh.q);
-                flash_dot_block(dp, sh.v, r, sh.o);
-                __syncthreads();
-            }
 #pragma unroll
-            for (int i = 0; i < flash_tile; ++i) {
-                const int t = q0 + i;
-                const float p = t < T_ && j <= t ? expf(scale * s[i] - sh.lse[i]) : 0.0f;
-                s[i] = flash_round<T>(p);
-                dp[i] = flash_round<T>(p * (dp[i] - sh.D[i]));
+                for (int i = 0; i < flash_tile; ++i) {
+                    const int t = q0 + i;
+                    const float p = t < T_ && j <= t ? expf(scale * s[i] - sh.lse[i]) : 0.0f;
+                    s[i] = flash_round<T>(p);
+                    dp[i] = flash_round<T>(p * (dp[i] - sh.D[i]));
+                }
+                flash_load_block(sh.q, q_n + q0 * ld + c0, ld, T_ - q0, hs - c0);
+                flash_load_block(sh.o, dO_n + q0 * std::int64_t{C} + c0, C, T_ - q0, hs - c0);
+                __syncthreads();
+                flash_weighted_rows(dv, s, sh.o);
+                flash_weighted_rows(dk, dp, sh.q);
+                __syncthreads();
             }
-            flash_load_block(sh.q, seq + q0 * ld + c0, ld, T_ - q0, hs - c0);
-            flash_load_block(sh.o, dO + q0 * std::int64_t{C} + c0, C, T_ - q0, hs - c0);
-            __syncthreads();
-            flash_weighted_rows(dv, s, sh.o);
-            flash_weighted_rows(dk, dp, sh.q);
-            __syncthreads();
         }
         if (j < T_) {
-            T* dst = dqkv + (blk.b * T_ + j) * ld + blk.h * hs + c0;
+            T* dst = dqkv + (blk.b * T_ + j) * ld + C + blk.h * hs + c0;
             for (int d = 0; d < flash_chunk && c0 + d < hs; ++d) {
-                dst[C + d] = T(scale * dk[d]);
-                dst[2 * C + d] = T(dv[d]);
+                dst[d] = T(scale * dk[d]);
+                dst[v_at + d] = T(dv[d]);
             }
         }
     }
@@ -292,12 +322,12 @@ __global__ void __launch_bounds__(flash_tile)
 // dq += round(ds) K over the pass's channels.
 template <class T>
 __global__ void __launch_bounds__(flash_tile)
-    flash_backward_query_simt_kernel(T* dqkv,          // (B, T, 3C) q part written
+    flash_backward_query_simt_kernel(T* dqkv,          // (B, T, C + 2 KV hs) q part written
                                      const T* dout,    // (B, T, C)
-                                     const T* qkv,     // (B, T, 3C)
+                                     const T* qkv,     // (B, T, C + 2 KV hs)
                                      const float* lse, // (B, NH, T)
                                      const float* D,   // (B, NH, T)
-                                     int T_, int C, int NH) {
+                                     int T_, int C, int NH, int KV, int G) {
     struct Tiles {
         FlashBlockTile q, k, o, v;
     };
@@ -307,8 +337,11 @@ __global__ void __launch_bounds__(flash_tile)
     const FlashBlock blk = flash_block(tiles, NH, true);
     const int r = static_cast<int>(threadIdx.x);
     const int q0 = blk.tile * flash_tile, t = q0 + r;
-    const std::int64_t ld = 3 * std::int64_t{C};
+    const std::int64_t ld = flash_ld(C, hs, KV);
+    const int g = flash_kv_head(blk.h, G);
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
+    const T* keys = qkv + blk.b * T_ * ld + C + g * hs;  // k; v KV hs on
+    const int v_at = KV * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float lse_t = t < T_ ? lse[blk.bh * T_ + t] : 0.0f;
@@ -321,9 +354,9 @@ __global__ void __launch_bounds__(flash_tile)
             float s[flash_tile] = {}, dp[flash_tile] = {};
             for (int d0 = 0; d0 < hs; d0 += flash_chunk) {
                 flash_load_block(sh.q, seq + q0 * ld + d0, ld, T_ - q0, hs - d0);
-                flash_load_block(sh.k, seq + k0 * ld + C + d0, ld, T_ - k0, hs - d0);
+                flash_load_block(sh.k, keys + k0 * ld + d0, ld, T_ - k0, hs - d0);
                 flash_load_block(sh.o, dO + q0 * std::int64_t{C} + d0, C, T_ - q0, hs - d0);
-                flash_load_block(sh.v, seq + k0 * ld + 2 * C + d0, ld, T_ - k0, hs - d0);
+                flash_load_block(sh.v, keys + k0 * ld + v_at + d0, ld, T_ - k0, hs - d0);
                 __syncthreads();
                 flash_dot_block(s, sh.q, r, sh.k);
                 flash_dot_block(dp, sh.o, r, sh.v);
@@ -334,7 +367,7 @@ __global__ void __launch_bounds__(flash_tile)
                 const float p = t < T_ && k0 + j <= t ? expf(scale * s[j] - lse_t) : 0.0f;
                 s[j] = flash_round<T>(p * (dp[j] - D_t));
             }
-            flash_load_block(sh.k, seq + k0 * ld + C + c0, ld, T_ - k0, hs - c0);
+            flash_load_block(sh.k, keys + k0 * ld + c0, ld, T_ - k0, hs - c0);
             __syncthreads();
             flash_weighted_rows(dq, s, sh.k);
             __syncthreads();
@@ -678,8 +711,8 @@ template <class T, class S>
 __global__ void __launch_bounds__(S::threads, flash_forward_min_blocks<S>)
     flash_forward_mma_kernel(T* out,        // (B, T, C)
                              float* lse,    // (B, NH, T)
-                             const T* qkv,  // (B, T, 3C)
-                             int T_, int C, int NH) {
+                             const T* qkv,  // (B, T, C + 2 KV hs)
+                             int T_, int C, int NH, int KV, int G) {
     constexpr int nf = ops::flash_tile_k / 8;  // score fragments per warp and key tile
     constexpr int tile = S::walk_tile;
     T* kv = dynamic_shared<T>();  // stage s: K at kv + 2s tile, V at kv + (2s + 1) tile
@@ -688,16 +721,19 @@ __global__ void __launch_bounds__(S::threads, flash_forward_min_blocks<S>)
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
     const int q0 = blk.tile * S::rows, first = q0 / ops::flash_tile_k;
     const int key_tiles = min(first + S::diagonal, (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k);
-    const std::int64_t ld = 3 * std::int64_t{C};
+    const std::int64_t ld = flash_ld(C, hs, KV);
+    const int g = flash_kv_head(blk.h, G);
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
+    const T* keys = qkv + blk.b * T_ * ld + C + g * hs;  // k; v KV hs on
+    const int v_at = KV * hs;
     const float scale_log2 = flash_log2e / sqrtf(static_cast<float>(hs));
     const int row[2] = {q0 + 16 * w + flash_frag_row(lane, 0), q0 + 16 * w + flash_frag_row(lane, 2)};
     const FlashTileCopy<S, ops::flash_tile_k> copy_kv(ld);
     const auto load_keys = [&](int kt) {
         const int k0 = kt * ops::flash_tile_k;
         T* stage = kv + (kt % 2) * 2 * tile;
-        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
-        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
+        copy_kv(stage, keys + k0 * ld, T_ - k0, hs);
+        copy_kv(stage + tile, keys + k0 * ld + v_at, T_ - k0, hs);
         cp_async_commit();
     };
 
@@ -790,23 +826,24 @@ constexpr std::size_t flash_backward_key_shared_bytes() {
            std::size_t{S::stages} * (2 * S::walk_tile * sizeof(T) + 2 * ops::flash_tile_k * sizeof(float));
 }
 
-// dK and dV, one block per (b, h, S::rows key rows), warp w on key rows
-// k0 + 16w .. k0 + 16w + 15. The S::diagonal query tiles of the diagonal
-// first, each warp masking its own, then the query tiles after it (whole for
-// every warp) in a loop, in order, with the next Q and dO loading while this
-// one's products run when S::stages is 2. Per query tile: Sᵀ = K Qᵀ and
-// dPᵀ = V dOᵀ (16 keys x 64 queries per warp), Pᵀ = 2^(Sᵀ c - lse log2(e))
-// and dSᵀ = Pᵀ (dPᵀ - D) in place, then dV += round(Pᵀ) dO and
-// dK += round(dSᵀ) Q. Query rows past T_ arrive as zeros (Q, dO, lse and D)
-// and add exact zeros.
+// dK and dV, one block per (b, key/value head g, S::rows key rows), warp w
+// on key rows k0 + 16w .. k0 + 16w + 15, walking the G query heads of g in
+// order, each as follows (the pipeline restarting at each head). The
+// S::diagonal query tiles of the diagonal first, each warp masking its own,
+// then the query tiles after it (whole for every warp) in a loop, in order,
+// with the next Q and dO loading while this one's products run when
+// S::stages is 2. Per query tile: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys x 64
+// queries per warp), Pᵀ = 2^(Sᵀ c - lse log2(e)) and dSᵀ = Pᵀ (dPᵀ - D) in
+// place, then dV += round(Pᵀ) dO and dK += round(dSᵀ) Q. Query rows past T_
+// arrive as zeros (Q, dO, lse and D) and add exact zeros.
 template <class T, class S>
 __global__ void __launch_bounds__(S::threads)
-    flash_backward_key_mma_kernel(T* dqkv,           // (B, T, 3C) k and v parts written
+    flash_backward_key_mma_kernel(T* dqkv,           // (B, T, C + 2 KV hs) k and v parts written
                                   const T* dout,     // (B, T, C)
-                                  const T* qkv,      // (B, T, 3C)
+                                  const T* qkv,      // (B, T, C + 2 KV hs)
                                   const float* lse,  // (B, NH, T)
                                   const float* D,    // (B, NH, T)
-                                  int T_, int C, int NH) {
+                                  int T_, int C, int NH, int KV, int G) {
     constexpr int nf = ops::flash_tile_k / 8;
     constexpr int tile = S::walk_tile;
     // A stage: Q, dO, then lse and D (2 x 64 floats), as elements of T.
@@ -816,14 +853,19 @@ __global__ void __launch_bounds__(S::threads)
     T* stages = sv + S::rows * S::stride;  // stage s at stages + s * stage_elems
     const int hs = S::exact ? S::hs : C / NH;
     const int query_tiles = (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k;
-    const FlashBlock blk = flash_block((T_ + S::rows - 1) / S::rows, NH, false);
+    const FlashBlock blk = flash_block((T_ + S::rows - 1) / S::rows, KV, false);  // blk.h: the key/value head
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
     const int k0 = blk.tile * S::rows, first = k0 / ops::flash_tile_k;
-    const std::int64_t ld = 3 * std::int64_t{C};
-    const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
-    const T* dO = dout + blk.b * T_ * C + blk.h * hs;
-    const float* lse_bh = lse + blk.bh * T_;
-    const float* D_bh = D + blk.bh * T_;
+    const int h0 = static_cast<int>(blk.h) * G;  // its query heads h0 .. h0 + G - 1
+    // flash_ld's value, summed in 64 bits: here (ptxas 13.0) that spills less.
+    const std::int64_t ld = std::int64_t{C} + 2 * std::int64_t{KV * hs};
+    const std::int64_t kv_at = blk.b * T_ * ld + C + blk.h * hs;  // k in qkv and dqkv; v KV hs on
+    const int v_at = KV * hs;
+    // The query head being walked (h0, then the next ones): its q and dO, and
+    // where its rows' lse and D start.
+    const T* seq = qkv + blk.b * T_ * ld + h0 * hs;
+    const T* dO = dout + blk.b * T_ * C + h0 * hs;
+    std::int64_t stats = (blk.b * NH + h0) * T_;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float scale_log2 = flash_log2e * scale;
     const int key[2] = {k0 + 16 * w + flash_frag_row(lane, 0), k0 + 16 * w + flash_frag_row(lane, 2)};
@@ -834,14 +876,13 @@ __global__ void __launch_bounds__(S::threads)
         T* stage = stage_of(qt);
         copy_tile(stage, seq + q0 * ld, T_ - q0, hs);
         copy_dout(stage + tile, dO + q0 * std::int64_t{C}, T_ - q0, hs);
-        flash_copy_stats(reinterpret_cast<float*>(stage + 2 * tile), lse_bh + q0, D_bh + q0, T_ - q0);
+        flash_copy_stats(reinterpret_cast<float*>(stage + 2 * tile), lse + stats + q0, D + stats + q0, T_ - q0);
         cp_async_commit();
     };
 
     const FlashTileCopy<S, S::rows> copy_keys(ld);
-    copy_keys(sk, seq + k0 * ld + C, T_ - k0, hs);
-    copy_keys(sv, seq + k0 * ld + 2 * C, T_ - k0, hs);
-    load_queries(first);
+    copy_keys(sk, qkv + kv_at + k0 * ld, T_ - k0, hs);  // committed with the first head's first query tile
+    copy_keys(sv, qkv + kv_at + k0 * ld + v_at, T_ - k0, hs);
     FragmentC dk[S::hs / 8] = {}, dv[S::hs / 8] = {};
     const auto begin = [&](int qt) {
         cp_async_wait<0>();
@@ -882,26 +923,35 @@ __global__ void __launch_bounds__(S::threads)
         flash_mma_pb<S>(dk, dpt, q, hs, lane);
     };
 
-#pragma unroll
-    for (int d = 0; d < S::diagonal; ++d) {
-        if (first + d >= query_tiles) break;
-        begin(first + d);
-        if (k0 + 16 * w < T_) {  // else the warp's keys are all past the sequence
-            const FlashTileWork work = flash_query_tile_work(d, w);
-            if (work == FlashTileWork::masked) attend(std::true_type{}, first + d);
-            if (work == FlashTileWork::whole) attend(std::false_type{}, first + d);
+    for (int n = 0; n < G; ++n) {  // query head h0 + n
+        if (n > 0) {
+            seq += hs;
+            dO += hs;
+            stats += T_;
+            __syncthreads();  // every warp is done with the last head's stages
         }
-        end(first + d);
+        load_queries(first);
+#pragma unroll
+        for (int d = 0; d < S::diagonal; ++d) {
+            if (first + d >= query_tiles) break;
+            begin(first + d);
+            if (k0 + 16 * w < T_) {  // else the warp's keys are all past the sequence
+                const FlashTileWork work = flash_query_tile_work(d, w);
+                if (work == FlashTileWork::masked) attend(std::true_type{}, first + d);
+                if (work == FlashTileWork::whole) attend(std::false_type{}, first + d);
+            }
+            end(first + d);
+        }
+        for (int qt = first + S::diagonal; qt < query_tiles; ++qt) {
+            begin(qt);
+            attend(std::false_type{}, qt);
+            end(qt);
+        }
     }
-    for (int qt = first + S::diagonal; qt < query_tiles; ++qt) {
-        begin(qt);
-        attend(std::false_type{}, qt);
-        end(qt);
-    }
-    T* dst = dqkv + blk.b * T_ * ld + blk.h * hs;
+    T* dst = dqkv + kv_at;
     const float dk_scale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    flash_store_rows<S>(dst + C, ld, dk, key, dk_scale, T_, hs, lane);
-    flash_store_rows<S>(dst + 2 * C, ld, dv, key, one, T_, hs, lane);
+    flash_store_rows<S>(dst, ld, dk, key, dk_scale, T_, hs, lane);
+    flash_store_rows<S>(dst + v_at, ld, dv, key, one, T_, hs, lane);
 }
 
 // Shared memory of dQ: Q and dO of the block's queries, then per stage a K
@@ -916,12 +966,12 @@ constexpr std::size_t flash_backward_query_shared_bytes() {
 // key tile S = Q Kᵀ and dP = dO Vᵀ, P and dS in place, then dQ += round(dS) K.
 template <class T, class S>
 __global__ void __launch_bounds__(S::threads)
-    flash_backward_query_mma_kernel(T* dqkv,           // (B, T, 3C) q part written
+    flash_backward_query_mma_kernel(T* dqkv,           // (B, T, C + 2 KV hs) q part written
                                     const T* dout,     // (B, T, C)
-                                    const T* qkv,      // (B, T, 3C)
+                                    const T* qkv,      // (B, T, C + 2 KV hs)
                                     const float* lse,  // (B, NH, T)
                                     const float* D,    // (B, NH, T)
-                                    int T_, int C, int NH) {
+                                    int T_, int C, int NH, int KV, int G) {
     constexpr int nf = ops::flash_tile_k / 8;
     constexpr int tile = S::walk_tile;
     T* sq = dynamic_shared<T>();
@@ -932,8 +982,11 @@ __global__ void __launch_bounds__(S::threads)
     const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
     const int q0 = blk.tile * S::rows, first = q0 / ops::flash_tile_k;
     const int key_tiles = min(first + S::diagonal, (T_ + ops::flash_tile_k - 1) / ops::flash_tile_k);
-    const std::int64_t ld = 3 * std::int64_t{C};
+    const std::int64_t ld = flash_ld(C, hs, KV);
+    const int g = flash_kv_head(blk.h, G);
     const T* seq = qkv + blk.b * T_ * ld + blk.h * hs;
+    const T* keys = qkv + blk.b * T_ * ld + C + g * hs;  // k; v KV hs on
+    const int v_at = KV * hs;
     const T* dO = dout + blk.b * T_ * C + blk.h * hs;
     const float scale = 1.0f / sqrtf(static_cast<float>(hs));
     const float scale_log2 = flash_log2e * scale;
@@ -947,8 +1000,8 @@ __global__ void __launch_bounds__(S::threads)
     const auto load_keys = [&](int kt) {
         const int k0 = kt * ops::flash_tile_k;
         T* stage = skv + (kt % S::stages) * 2 * tile;
-        copy_kv(stage, seq + k0 * ld + C, T_ - k0, hs);
-        copy_kv(stage + tile, seq + k0 * ld + 2 * C, T_ - k0, hs);
+        copy_kv(stage, keys + k0 * ld, T_ - k0, hs);
+        copy_kv(stage + tile, keys + k0 * ld + v_at, T_ - k0, hs);
         cp_async_commit();
     };
 
@@ -1007,11 +1060,17 @@ __global__ void __launch_bounds__(S::threads)
 
 // ---- host side ---------------------------------------------------------------------------
 
-// The shared contract (ops/flash_attention.hpp), then this backend's limit:
-// the kernels index query rows with int.
-inline void check_flash_attention(const char* op, int B, int T_, int C, int NH) {
-    ops::check_flash_attention(op, B, T_, C, NH);
+// The shared contract (ops/flash_attention.hpp), then this backend's limits:
+// the kernels index query rows, and the channels of a row of qkv, with int.
+inline void check_flash_attention(const char* op, int B, int T_, int C, int NH, int KV) {
+    ops::check_flash_attention(op, B, T_, C, NH, KV);
     check_query_rows(op, B, T_, NH);
+    const std::int64_t width = ops::qkv_width(C, NH, KV);
+    if (width > INT_MAX) {
+        throw ShapeError(std::string(op) + ": a row of qkv, C + 2 KV hs = " + std::to_string(width) +
+                         " channels (C = " + std::to_string(C) + ", NH = " + std::to_string(NH) + ", KV = " +
+                         std::to_string(KV) + "), is more than 2^31 - 1");
+    }
 }
 
 // The tensor-core kernels copy 16-byte pieces of qkv and dout (cp.async)
@@ -1065,19 +1124,21 @@ void flash_backward_shape(std::size_t optin, F&& f) {
 }  // namespace detail
 
 // Causal self-attention, forward, per ops/flash_attention.hpp: out and one
-// fp32 log-sum-exp per row (lse, (B, NH, T)); no T x T matrix. Tensor cores
-// where flash_attention_uses_tensor_cores<T>(C / NH), the SIMT kernel
+// fp32 log-sum-exp per row (lse, (B, NH, T)); no T x T matrix. KV key/value
+// heads, each shared by NH / KV query heads (KV = NH: multi-head). Tensor
+// cores where flash_attention_uses_tensor_cores<T>(C / NH), the SIMT kernel
 // otherwise. Deterministic. Throws ShapeError when B or T is negative, C is
-// not a positive multiple of NH, or B * NH * T >= 2^31.
+// not a positive multiple of NH, NH not a multiple of KV, B * NH * T >= 2^31,
+// or a row of qkv (C + 2 KV hs) holds 2^31 channels or more.
 template <FloatStorage T>
 void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
                              ops::flash_stat_t<T>* lse,       // (B, NH, T)
-                             const T* qkv,                    // (B, T, 3C)
-                             int B, int T_, int C, int NH) {
-    detail::check_flash_attention("flash_attention_forward", B, T_, C, NH);
+                             const T* qkv,                    // (B, T, C + 2 KV hs)
+                             int B, int T_, int C, int NH, int KV) {
+    detail::check_flash_attention("flash_attention_forward", B, T_, C, NH, KV);
     if (ops::flash_stat_elems(B, T_, NH) == 0) return;
     const int hs = C / NH;
-    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
+    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and query head
         return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
     };
     if constexpr (MmaInput<T>) {
@@ -1089,37 +1150,39 @@ void flash_attention_forward(const Device& dev, T* out,       // (B, T, C)
                 const std::size_t shared = detail::dynamic_shared_bytes(
                     detail::flash_forward_mma_kernel<T, S>, detail::flash_forward_shared_bytes<S, T>());
                 launch<detail::flash_forward_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared, dev.stream, out,
-                                                               lse, qkv, T_, C, NH);
+                                                               lse, qkv, T_, C, NH, KV, NH / KV);
             });
             return;
         }
     }
     launch<detail::flash_forward_simt_kernel<T>>(blocks(detail::flash_tile), detail::flash_tile, 0, dev.stream, out,
-                                                 lse, qkv, T_, C, NH);
+                                                 lse, qkv, T_, C, NH, KV, NH / KV);
 }
 
 // Causal self-attention, backward, per ops/flash_attention.hpp: dqkv
 // (overwritten) from dout, the inputs qkv and the forward's out and lse;
-// `scratch` holds D = rowsum(dout * out) on return. The same kernels' choice
-// as the forward; no atomics: the same bits every run. Throws ShapeError as
+// `scratch` holds D = rowsum(dout * out) on return. dK and dV of a key/value
+// head sum over its query heads in order. The same kernels' choice as the
+// forward; no atomics: the same bits every run. Throws ShapeError as
 // flash_attention_forward.
 template <FloatStorage T>
-void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3C) overwritten
+void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, C + 2 KV hs) overwritten
                               ops::flash_stat_t<T>* scratch,         // (B, NH, T) any contents; D on return
                               const T* dout,                         // (B, T, C)
-                              const T* qkv,                          // (B, T, 3C)
+                              const T* qkv,                          // (B, T, C + 2 KV hs)
                               const T* out,                          // (B, T, C)
                               const ops::flash_stat_t<T>* lse,       // (B, NH, T)
-                              int B, int T_, int C, int NH) {
-    detail::check_flash_attention("flash_attention_backward", B, T_, C, NH);
+                              int B, int T_, int C, int NH, int KV) {
+    detail::check_flash_attention("flash_attention_backward", B, T_, C, NH, KV);
     const std::int64_t rows = ops::flash_stat_elems(B, T_, NH);
     if (rows == 0) return;
     const int hs = C / NH;
     launch<detail::flash_backward_d_kernel<T>>(
         static_cast<unsigned>((rows + detail::flash_d_rows - 1) / detail::flash_d_rows), 32 * detail::flash_d_rows, 0,
         dev.stream, scratch, dout, out, T_, C, NH, static_cast<int>(rows));
-    const auto blocks = [&](int rows) {  // of `rows` rows of each sequence and head
-        return static_cast<unsigned>(std::int64_t{B} * NH * ((T_ + rows - 1) / rows));
+    // Blocks of `rows` rows of each sequence and query head (dQ), or key/value head (dK, dV).
+    const auto blocks = [&](int heads, int rows) {
+        return static_cast<unsigned>(std::int64_t{B} * heads * ((T_ + rows - 1) / rows));
     };
     if constexpr (MmaInput<T>) {
         if (flash_attention_uses_tensor_cores<T>(hs)) {
@@ -1136,9 +1199,9 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
                         const std::size_t shared =
                             detail::dynamic_shared_bytes(detail::flash_backward_key_mma_kernel<T, S>,
                                                          detail::flash_backward_key_shared_bytes<S, T>());
-                        launch<detail::flash_backward_key_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared,
+                        launch<detail::flash_backward_key_mma_kernel<T, S>>(blocks(KV, S::rows), S::threads, shared,
                                                                             dev.stream, dqkv, dout, qkv, lse, scratch,
-                                                                            T_, C, NH);
+                                                                            T_, C, NH, KV, NH / KV);
                     });
                 detail::flash_backward_shape<Wide, Narrow, detail::flash_backward_query_shared_bytes<Wide, T>()>(
                     optin, [&](auto shape) {
@@ -1146,19 +1209,31 @@ void flash_attention_backward(const Device& dev, T* dqkv,            // (B, T, 3
                         const std::size_t shared =
                             detail::dynamic_shared_bytes(detail::flash_backward_query_mma_kernel<T, S>,
                                                          detail::flash_backward_query_shared_bytes<S, T>());
-                        launch<detail::flash_backward_query_mma_kernel<T, S>>(blocks(S::rows), S::threads, shared,
+                        launch<detail::flash_backward_query_mma_kernel<T, S>>(blocks(NH, S::rows), S::threads, shared,
                                                                               dev.stream, dqkv, dout, qkv, lse,
-                                                                              scratch, T_, C, NH);
+                                                                              scratch, T_, C, NH, KV, NH / KV);
                     });
             });
             return;
         }
     }
-    const unsigned simt_blocks = blocks(detail::flash_tile);
-    launch<detail::flash_backward_key_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
-                                                      lse, scratch, T_, C, NH);
-    launch<detail::flash_backward_query_simt_kernel<T>>(simt_blocks, detail::flash_tile, 0, dev.stream, dqkv, dout, qkv,
-                                                        lse, scratch, T_, C, NH);
+    launch<detail::flash_backward_key_simt_kernel<T>>(blocks(KV, detail::flash_tile), detail::flash_tile, 0, dev.stream,
+                                                      dqkv, dout, qkv, lse, scratch, T_, C, NH, KV, NH / KV);
+    launch<detail::flash_backward_query_simt_kernel<T>>(blocks(NH, detail::flash_tile), detail::flash_tile, 0,
+                                                        dev.stream, dqkv, dout, qkv, lse, scratch, T_, C, NH, KV,
+                                                        NH / KV);
+}
+
+// Multi-head attention (KV = NH): qkv and dqkv (B, T, 3C).
+template <FloatStorage T>
+void flash_attention_forward(const Device& dev, T* out, ops::flash_stat_t<T>* lse, const T* qkv, int B, int T_, int C,
+                             int NH) {
+    flash_attention_forward(dev, out, lse, qkv, B, T_, C, NH, NH);
+}
+template <FloatStorage T>
+void flash_attention_backward(const Device& dev, T* dqkv, ops::flash_stat_t<T>* scratch, const T* dout, const T* qkv,
+                              const T* out, const ops::flash_stat_t<T>* lse, int B, int T_, int C, int NH) {
+    flash_attention_backward(dev, dqkv, scratch, dout, qkv, out, lse, B, T_, C, NH, NH);
 }
 
 }  // namespace snug::cuda

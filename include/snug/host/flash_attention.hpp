@@ -160,14 +160,19 @@ A flash_row_max(const A* x, flash_index n) {
     return max;
 }
 
-// The sizes every pass shares, and where head s (sequence s / NH, head
-// s % NH) keeps its rows.
+// The sizes every pass shares, and where query head s (sequence s / NH,
+// head s % NH) and its key/value head keep their rows: a row of qkv holds NH
+// query heads, then KV key heads, then KV value heads (ops/flash_attention.hpp).
 struct FlashShape {
-    flash_index B, T, C, NH, hs;
+    flash_index B, T, C, NH, KV, hs;
     flash_index heads() const { return B * NH; }
-    flash_index ld() const { return 3 * C; }
-    flash_index q_offset(flash_index s) const { return (s / NH) * T * 3 * C + (s % NH) * hs; }  // into qkv
-    flash_index o_offset(flash_index s) const { return (s / NH) * T * C + (s % NH) * hs; }      // into out
+    flash_index group() const { return NH / KV; }  // query heads per key/value head
+    flash_index ld() const { return C + 2 * KV * hs; }
+    flash_index seq_offset(flash_index s) const { return (s / NH) * T * ld(); }
+    flash_index q_offset(flash_index s) const { return seq_offset(s) + (s % NH) * hs; }                     // into qkv
+    flash_index k_offset(flash_index s) const { return seq_offset(s) + C + (s % NH) / group() * hs; }      // into qkv
+    flash_index v_offset(flash_index s) const { return k_offset(s) + KV * hs; }                             // into qkv
+    flash_index o_offset(flash_index s) const { return (s / NH) * T * C + (s % NH) * hs; }                 // into out
 };
 
 inline flash_index flash_tiles(flash_index T, flash_index tile) { return (T + tile - 1) / tile; }
@@ -177,7 +182,7 @@ inline flash_index flash_tiles(flash_index T, flash_index tile) { return (T + ti
 template <class T, class A>
 void flash_forward_tile(T* out,                     // (B, T, C)
                         ops::flash_stat_t<T>* lse,  // (B, NH, T)
-                        const T* qkv,               // (B, T, 3C)
+                        const T* qkv,               // (B, T, C + 2 KV hs)
                         const FlashShape& sh, flash_index s, flash_index r0) {
     constexpr flash_index bq = ops::flash_tile_q, bk = ops::flash_tile_k;
     const flash_index hs = sh.hs, ld = sh.ld();
@@ -190,15 +195,14 @@ void flash_forward_tile(T* out,                     // (B, T, C)
     A* p = v + bk * hs;       // (nq, bk): s, then round(p)
     A* m = p + bq * bk;       // (nq)
     A* l = m + bq;            // (nq)
-    const T* head = qkv + sh.q_offset(s);
-    const FlashTile<A> qt = flash_tile(q, head + r0 * ld, ld, nq, hs);
+    const FlashTile<A> qt = flash_tile(q, qkv + sh.q_offset(s) + r0 * ld, ld, nq, hs);
     std::fill(acc, acc + nq * hs, A(0));
     std::fill(m, m + nq, -std::numeric_limits<A>::infinity());
     std::fill(l, l + nq, A(0));
     for (flash_index k0 = 0; k0 < r1; k0 += bk) {  // key tiles up to the diagonal
         const flash_index nk = std::min(bk, sh.T - k0);
-        const FlashTile<A> kt = flash_tile(k, head + k0 * ld + sh.C, ld, nk, hs);
-        const FlashTile<A> vt = flash_tile(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+        const FlashTile<A> kt = flash_tile(k, qkv + sh.k_offset(s) + k0 * ld, ld, nk, hs);
+        const FlashTile<A> vt = flash_tile(v, qkv + sh.v_offset(s) + k0 * ld, ld, nk, hs);
         flash_product(Op::N, Op::T, nq, nk, hs, scale, qt.data, qt.ld, kt.data, kt.ld, A(0), p, bk);  // s = scale q k^T
         for (flash_index i = 0; i < nq; ++i) {
             A* row = p + i * bk;
@@ -271,57 +275,67 @@ void flash_d_tile(ops::flash_stat_t<T>* D, const T* dout, const T* out, const Fl
     }
 }
 
-// The backward for head s, on the calling thread, in one pass: D for every
-// row, then for each key tile j in order, for each query tile i from the
-// diagonal on in order, s and p recomputed once (flash_scores) and the
-// three second products
+// The backward for key/value head u (sequence u / KV, key/value head u % KV)
+// and its G query heads s = first, ..., first + G - 1, on the calling thread,
+// in one pass: D for every row of those heads, then for each key tile j in
+// order, for each of the query heads in order, for each query tile i from the
+// diagonal on in order, s and p recomputed once (flash_scores) and the three
+// second products
 //   dv_j += round(p)^T dO_i,  dk_j += round(ds)^T q_i,  dq_i += round(ds) k_j
 // (five products per tile pair, where a second dQ pass would need seven). Each
-// dk_j, dv_j sums over query tiles in order, each dq_i over key tiles in order
-// (into an fp32 accumulator of the whole head), as the contract has them. The
-// head's q and dO are widened once into the workspace (O(T x hs), beside the
-// accumulator: the products read them in place), k_j and v_j once per key tile.
+// dk_j, dv_j sums over query heads, then query tiles, in order, each dq_i over
+// key tiles in order (into an fp32 accumulator per query head), as the
+// contract has them. The query heads' q and dO are widened once into the
+// workspace (O(G T hs), beside the accumulators: the products read them in
+// place), k_j and v_j once per key tile.
 template <class T, class A>
 void flash_backward_head(T* dqkv, ops::flash_stat_t<T>* D, const T* dout, const T* qkv, const T* out,
-                         const ops::flash_stat_t<T>* lse, const FlashShape& sh, flash_index s) {
+                         const ops::flash_stat_t<T>* lse, const FlashShape& sh, flash_index u) {
     constexpr flash_index bq = ops::flash_tile_q, bk = ops::flash_tile_k;
-    const flash_index hs = sh.hs, ld = sh.ld(), n = sh.T;
-    for (flash_index r0 = 0; r0 < n; r0 += bq) flash_d_tile<T, A>(D, dout, out, sh, s, r0);  // before the workspace below
+    const flash_index hs = sh.hs, ld = sh.ld(), n = sh.T, G = sh.group();
+    const flash_index first = (u / sh.KV) * sh.NH + (u % sh.KV) * G;  // the first query head of u
+    for (flash_index h = first; h < first + G; ++h) {  // D, before the workspace below
+        for (flash_index r0 = 0; r0 < n; r0 += bq) flash_d_tile<T, A>(D, dout, out, sh, h, r0);
+    }
     const A scale = A(1) / std::sqrt(A(hs));
-    A* q = flash_workspace<A>(3 * n * hs + 4 * bk * hs + 2 * bq * bk);
-    A* dO = q + n * hs;      // (T, hs)
-    A* dq = dO + n * hs;     // (T, hs), unscaled
-    A* k = dq + n * hs;      // (nk, hs)
-    A* v = k + bk * hs;      // (nk, hs)
-    A* dk = v + bk * hs;     // (nk, hs), unscaled
-    A* dv = dk + bk * hs;    // (nk, hs)
-    A* p = dv + bk * hs;     // (nq, bk)
-    A* ds = p + bq * bk;     // (nq, bk)
-    const T* head = qkv + sh.q_offset(s);
-    flash_load(q, head, ld, n, hs);
-    flash_load(dO, dout + sh.o_offset(s), sh.C, n, hs);
-    std::fill(dq, dq + n * hs, A(0));
-    const ops::flash_stat_t<T>* L = lse + s * n;
-    const ops::flash_stat_t<T>* Dh = D + s * n;
+    A* q = flash_workspace<A>(3 * G * n * hs + 4 * bk * hs + 2 * bq * bk);
+    A* dO = q + G * n * hs;      // (G, T, hs)
+    A* dq = dO + G * n * hs;     // (G, T, hs), unscaled
+    A* k = dq + G * n * hs;      // (nk, hs)
+    A* v = k + bk * hs;          // (nk, hs)
+    A* dk = v + bk * hs;         // (nk, hs), unscaled
+    A* dv = dk + bk * hs;        // (nk, hs)
+    A* p = dv + bk * hs;         // (nq, bk)
+    A* ds = p + bq * bk;         // (nq, bk)
+    for (flash_index g = 0; g < G; ++g) {
+        flash_load(q + g * n * hs, qkv + sh.q_offset(first + g), ld, n, hs);
+        flash_load(dO + g * n * hs, dout + sh.o_offset(first + g), sh.C, n, hs);
+    }
+    std::fill(dq, dq + G * n * hs, A(0));
     for (flash_index k0 = 0; k0 < n; k0 += bk) {
         const flash_index nk = std::min(bk, n - k0);
-        flash_load(k, head + k0 * ld + sh.C, ld, nk, hs);
-        flash_load(v, head + k0 * ld + 2 * sh.C, ld, nk, hs);
+        flash_load(k, qkv + sh.k_offset(first) + k0 * ld, ld, nk, hs);
+        flash_load(v, qkv + sh.v_offset(first) + k0 * ld, ld, nk, hs);
         std::fill(dk, dk + 2 * bk * hs, A(0));
-        for (flash_index r0 = k0 / bq * bq; r0 < n; r0 += bq) {
-            const flash_index nq = std::min(bq, n - r0);
-            const A* qi = q + r0 * hs;
-            const A* oi = dO + r0 * hs;
-            flash_scores<T>(p, ds, {qi, hs}, {oi, hs}, {k, hs}, {v, hs}, L + r0, Dh + r0, nq, nk, hs, r0, k0, scale);
-            flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, oi, hs, A(1), dv, hs);            // dv += round(p)^T dO
-            flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, qi, hs, A(1), dk, hs);           // dk += round(ds)^T q
-            flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, k, hs, A(1), dq + r0 * hs, hs);  // dq += round(ds) k
+        for (flash_index g = 0; g < G; ++g) {
+            const ops::flash_stat_t<T>* L = lse + (first + g) * n;
+            const ops::flash_stat_t<T>* Dh = D + (first + g) * n;
+            for (flash_index r0 = k0 / bq * bq; r0 < n; r0 += bq) {
+                const flash_index nq = std::min(bq, n - r0);
+                const A* qi = q + (g * n + r0) * hs;
+                const A* oi = dO + (g * n + r0) * hs;
+                A* dqi = dq + (g * n + r0) * hs;
+                flash_scores<T>(p, ds, {qi, hs}, {oi, hs}, {k, hs}, {v, hs}, L + r0, Dh + r0, nq, nk, hs, r0, k0,
+                                scale);
+                flash_product(Op::T, Op::N, nk, hs, nq, A(1), p, bk, oi, hs, A(1), dv, hs);   // dv += round(p)^T dO
+                flash_product(Op::T, Op::N, nk, hs, nq, A(1), ds, bk, qi, hs, A(1), dk, hs);  // dk += round(ds)^T q
+                flash_product(Op::N, Op::N, nq, hs, nk, A(1), ds, bk, k, hs, A(1), dqi, hs);  // dq += round(ds) k
+            }
         }
-        T* dhead = dqkv + sh.q_offset(s) + k0 * ld;
-        flash_store(dhead + sh.C, ld, dk, nk, hs, scale);
-        flash_store(dhead + 2 * sh.C, ld, dv, nk, hs, A(1));
+        flash_store(dqkv + sh.k_offset(first) + k0 * ld, ld, dk, nk, hs, scale);
+        flash_store(dqkv + sh.v_offset(first) + k0 * ld, ld, dv, nk, hs, A(1));
     }
-    flash_store(dqkv + sh.q_offset(s), ld, dq, n, hs, scale);
+    for (flash_index g = 0; g < G; ++g) flash_store(dqkv + sh.q_offset(first + g), ld, dq + g * n * hs, n, hs, scale);
 }
 
 // Runs task(s, tile) for every head s and every tile in [0, tiles) on up to
@@ -348,50 +362,64 @@ void flash_attention_forward_run(T* out, ops::flash_stat_t<T>* lse, const T* qkv
     });
 }
 
-// The backward runs one task per head (sequence, head): with fewer heads than
-// threads (B NH < threads) some threads idle; that is accepted, so that no
-// sum is split between threads.
+// The backward runs one task per key/value head (sequence, key/value head):
+// with fewer of them than threads (B KV < threads) some threads idle; that
+// is accepted, so that no sum is split between threads.
 template <HostFloat T>
 void flash_attention_backward_run(T* dqkv, ops::flash_stat_t<T>* D, const T* dout, const T* qkv, const T* out,
                                   const ops::flash_stat_t<T>* lse, const FlashShape& sh, unsigned threads) {
     using A = acc_t<T>;
-    const flash_index heads = sh.heads();
-    parallel_for(heads, static_cast<unsigned>(std::clamp<flash_index>(heads, 1, threads)), [&](flash_index s) {
-        flash_backward_head<T, A>(dqkv, D, dout, qkv, out, lse, sh, s);
+    const flash_index kv_heads = sh.B * sh.KV;
+    parallel_for(kv_heads, static_cast<unsigned>(std::clamp<flash_index>(kv_heads, 1, threads)), [&](flash_index u) {
+        flash_backward_head<T, A>(dqkv, D, dout, qkv, out, lse, sh, u);
     });
 }
 
-inline FlashShape flash_shape(int B, int T, int C, int NH) { return {B, T, C, NH, NH > 0 ? C / NH : 0}; }
+inline FlashShape flash_shape(int B, int T, int C, int NH, int KV) { return {B, T, C, NH, KV, NH > 0 ? C / NH : 0}; }
 
 }  // namespace detail
 
 // Flash attention, forward: out and the per-row log-sum-exp lse (fp32; double
 // for double activations) of causal softmax(q k^T / sqrt(hs)) v, per sequence
-// and head, never holding more than a tile of scores (ops/flash_attention.hpp).
-// Throws ShapeError when B or T is negative, or C is not a positive multiple of NH.
+// and query head, never holding more than a tile of scores
+// (ops/flash_attention.hpp), with KV key/value heads (KV = NH: multi-head).
+// Throws ShapeError when B or T is negative, C is not a positive multiple of
+// NH, or NH not a multiple of KV.
 template <HostFloat T>
 void flash_attention_forward(const Device&, T* out,        // (B, T, C)
                              ops::flash_stat_t<T>* lse,    // (B, NH, T)
-                             const T* qkv,                 // (B, T, 3C)
-                             int B, int T_, int C, int NH) {
-    ops::check_flash_attention("flash_attention_forward", B, T_, C, NH);
-    detail::flash_attention_forward_run(out, lse, qkv, detail::flash_shape(B, T_, C, NH), max_threads());
+                             const T* qkv,                 // (B, T, C + 2 KV hs)
+                             int B, int T_, int C, int NH, int KV) {
+    ops::check_flash_attention("flash_attention_forward", B, T_, C, NH, KV);
+    detail::flash_attention_forward_run(out, lse, qkv, detail::flash_shape(B, T_, C, NH, KV), max_threads());
 }
 
 // Flash attention, backward: dqkv (overwritten) from dout, the inputs qkv and
 // the forward's out and lse. `scratch` receives D = rowsum(dout * out).
-// Throws ShapeError when B or T is negative, or C is not a positive multiple of NH.
+// Throws ShapeError as the forward.
 template <HostFloat T>
-void flash_attention_backward(const Device&, T* dqkv,            // (B, T, 3C) overwritten
+void flash_attention_backward(const Device&, T* dqkv,            // (B, T, C + 2 KV hs) overwritten
                               ops::flash_stat_t<T>* scratch,     // (B, NH, T), D
                               const T* dout,                     // (B, T, C)
-                              const T* qkv,                      // (B, T, 3C)
+                              const T* qkv,                      // (B, T, C + 2 KV hs)
                               const T* out,                      // (B, T, C)
                               const ops::flash_stat_t<T>* lse,   // (B, NH, T)
-                              int B, int T_, int C, int NH) {
-    ops::check_flash_attention("flash_attention_backward", B, T_, C, NH);
-    detail::flash_attention_backward_run(dqkv, scratch, dout, qkv, out, lse, detail::flash_shape(B, T_, C, NH),
+                              int B, int T_, int C, int NH, int KV) {
+    ops::check_flash_attention("flash_attention_backward", B, T_, C, NH, KV);
+    detail::flash_attention_backward_run(dqkv, scratch, dout, qkv, out, lse, detail::flash_shape(B, T_, C, NH, KV),
                                          max_threads());
+}
+
+// Multi-head attention (KV = NH): qkv (B, T, 3C).
+template <HostFloat T>
+void flash_attention_forward(const Device& dev, T* out, ops::flash_stat_t<T>* lse, const T* qkv, int B, int T_, int C,
+                             int NH) {
+    flash_attention_forward(dev, out, lse, qkv, B, T_, C, NH, NH);
+}
+template <HostFloat T>
+void flash_attention_backward(const Device& dev, T* dqkv, ops::flash_stat_t<T>* scratch, const T* dout, const T* qkv,
+                              const T* out, const ops::flash_stat_t<T>* lse, int B, int T_, int C, int NH) {
+    flash_attention_backward(dev, dqkv, scratch, dout, qkv, out, lse, B, T_, C, NH, NH);
 }
 
 }  // namespace snug::host

@@ -100,15 +100,26 @@ void attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, T* /*scratch (B, 
 
 template <class T>
 void flash_attention_forward(const Device&, T* /*out (B, T, C)*/, ops::flash_stat_t<T>* /*lse (B, NH, T)*/,
-                             const T* /*qkv (B, T, 3C)*/, int B, int T_, int C, int NH) {
-    ops::check_flash_attention("flash_attention_forward", B, T_, C, NH);
+                             const T* /*qkv (B, T, C + 2 KV hs)*/, int B, int T_, int C, int NH, int KV) {
+    ops::check_flash_attention("flash_attention_forward", B, T_, C, NH, KV);
+}
+template <class T>
+void flash_attention_forward(const Device& dev, T* out, ops::flash_stat_t<T>* lse, const T* qkv, int B, int T_, int C,
+                             int NH) {
+    flash_attention_forward(dev, out, lse, qkv, B, T_, C, NH, NH);
 }
 
 template <class T>
-void flash_attention_backward(const Device&, T* /*dqkv (B, T, 3C)*/, ops::flash_stat_t<T>* /*scratch (B, NH, T)*/,
-                              const T* /*dout (B, T, C)*/, const T* /*qkv (B, T, 3C)*/, const T* /*out (B, T, C)*/,
-                              const ops::flash_stat_t<T>* /*lse (B, NH, T)*/, int B, int T_, int C, int NH) {
-    ops::check_flash_attention("flash_attention_backward", B, T_, C, NH);
+void flash_attention_backward(const Device&, T* /*dqkv (B, T, C + 2 KV hs)*/,
+                              ops::flash_stat_t<T>* /*scratch (B, NH, T)*/, const T* /*dout (B, T, C)*/,
+                              const T* /*qkv (B, T, C + 2 KV hs)*/, const T* /*out (B, T, C)*/,
+                              const ops::flash_stat_t<T>* /*lse (B, NH, T)*/, int B, int T_, int C, int NH, int KV) {
+    ops::check_flash_attention("flash_attention_backward", B, T_, C, NH, KV);
+}
+template <class T>
+void flash_attention_backward(const Device& dev, T* dqkv, ops::flash_stat_t<T>* scratch, const T* dout, const T* qkv,
+                              const T* out, const ops::flash_stat_t<T>* lse, int B, int T_, int C, int NH) {
+    flash_attention_backward(dev, dqkv, scratch, dout, qkv, out, lse, B, T_, C, NH, NH);
 }
 
 // Fused attention (ops/fused_attention.hpp): the planned-for device's engine

@@ -28,9 +28,17 @@
 //
 // The forward keeps only `out` and one fp32 log-sum-exp per row (B, NH, T);
 // the backward needs them, dout, qkv and a (B, NH, T) fp32 scratch for D.
+//
+// Grouped-query attention (Ainslie et al. 2023): KV key/value heads, NH a
+// multiple of KV, each shared by G = NH / KV consecutive query heads. Each
+// row of qkv is then (C + 2 KV hs) wide: the NH query heads, the KV key heads,
+// the KV value heads; query head h reads key and value head h / G. KV = NH
+// is multi-head attention, the layout above. dK and dV of a key/value head
+// sum over its G query heads in order, each over its query tiles in order.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "snug/ops/attention.hpp"
@@ -49,8 +57,21 @@ using flash_stat_t = std::conditional_t<std::is_same_v<T, double>, double, float
 // Elements of the per-row statistics: one per sequence, head and position.
 inline std::int64_t flash_stat_elems(int B, int T, int NH) { return std::int64_t{B} * NH * T; }
 
+// The width of a row of qkv: C query channels and KV key and value heads of
+// hs = C / NH channels each (3C when KV = NH).
+inline std::int64_t qkv_width(int C, int NH, int KV) { return C + std::int64_t{2} * KV * (C / NH); }
+
 // The same checks as attention's: non-negative B and T, C a positive
-// multiple of NH (ShapeError).
-inline void check_flash_attention(const char* op, int B, int T, int C, int NH) { check_attention(op, B, T, C, NH); }
+// multiple of NH (ShapeError); and KV positive with NH a multiple of it.
+inline void check_flash_attention(const char* op, int B, int T, int C, int NH, int KV) {
+    check_attention(op, B, T, C, NH);
+    if (KV <= 0 || NH % KV != 0) {
+        throw ShapeError(std::string(op) + ": NH = " + std::to_string(NH) +
+                         " query heads is not a multiple of KV = " + std::to_string(KV) + " key/value heads");
+    }
+}
+inline void check_flash_attention(const char* op, int B, int T, int C, int NH) {
+    check_flash_attention(op, B, T, C, NH, NH);
+}
 
 }  // namespace snug::ops
