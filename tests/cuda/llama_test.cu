@@ -27,16 +27,18 @@ using namespace snug::test;
 
 namespace {
 
-// V not a multiple of 8 (padded), head size 12, MLP width 40.
-LlamaConfig small_config() { return snug::make_llama_config(61, 40, 2, 48, 4, 40); }
+// V not a multiple of 8 (padded), head size 12, MLP width 40; kv_heads 0
+// (as many as heads) or fewer (grouped-query attention).
+LlamaConfig small_config(int kv_heads = 0) { return snug::make_llama_config(61, 40, 2, 48, 4, 40, kv_heads); }
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("Llama on CUDA matches Llama on the host", "[cuda][llama]", float, snug::bfloat16) {
     std::random_device device;
     const std::uint64_t seed = device();
-    INFO("seed " << seed);
-    const LlamaConfig c = small_config();
+    const int kv_heads = GENERATE(0, 2);
+    INFO("seed " << seed << ", key/value heads " << kv_heads);
+    const LlamaConfig c = small_config(kv_heads);
     snug::MemoryTracker t;
     const snug::Llama<float, snug::Host> layout(c, t);
     auto w = layout.initial_weights(seed);

@@ -32,7 +32,8 @@ using snug::Recompute;
 
 namespace {
 
-LlamaConfig tiny() { return snug::make_llama_config(29, 16, 3, 16, 4, 40); }
+// kv_heads: 0 for multi-head attention, 2 or 1 for grouped queries.
+LlamaConfig tiny(int kv_heads = 0) { return snug::make_llama_config(29, 16, 3, 16, 4, 40, kv_heads); }
 
 // A synthetic task: random tokens, target (5 token + 2) mod V.
 struct Task {
@@ -113,7 +114,9 @@ TEST_CASE("A Llama declares embedding, blocks, norm and an untied head, in that 
 
 TEST_CASE("Every checkpoint plan gives a Llama the plain gradients, at the predicted activation peak", "[causal_lm]") {
     snug::test::HostRun run;
-    const LlamaConfig c = tiny();
+    const int kv_heads = GENERATE(0, 2, 1);
+    INFO("key/value heads " << kv_heads);
+    const LlamaConfig c = tiny(kv_heads);
     snug::Llama<float, Host> model(c, run.tracker);
     model.load_weights(run.ctx.device, model.initial_weights(3));
     const int B = 2, T = 12;
@@ -152,7 +155,9 @@ TEMPLATE_TEST_CASE("A Llama trains under TrainStep: the loss falls, the memory p
     using Act = typename TestType::compute_type;
     using Model = snug::Llama<Act, Host>;
     snug::test::HostRun run;
-    const LlamaConfig c = tiny();
+    const int kv_heads = GENERATE(0, 2);  // multi-head, grouped queries
+    INFO("key/value heads " << kv_heads);
+    const LlamaConfig c = tiny(kv_heads);
     Model model(c, run.tracker);
     const std::vector<float> w0 = model.initial_weights(5);
     model.load_weights(run.ctx.device, w0);

@@ -61,6 +61,16 @@ TEST_CASE("check_gradients passes LlamaBlock: every tensor compared, within 1e-4
     CHECK(g.passes(1e-4));
 }
 
+TEST_CASE("check_gradients passes a grouped-query LlamaBlock (4 heads, 2 key/value heads)", "[gradient_check]") {
+    const snug::LlamaBlockShape grouped{.channels = 16, .heads = 4, .kv_heads = 2, .hidden = 12, .layers = 2};
+    const snug::GradientCheck g = snug::check_gradients<snug::LlamaFamily>(grouped);
+    INFO(g.summary());
+    CHECK(g.released);
+    REQUIRE(g.tensors.size() == 6);
+    CHECK(g.input.error < 1e-6);
+    CHECK(g.worst().error < 1e-6);
+}
+
 TEST_CASE("check_gradients catches a wrong input gradient", "[gradient_check]") {
     const snug::GradientCheck g = snug::check_gradients<BrokenFamily<Fault::input_gradient>>(small);
     INFO(g.summary());

@@ -28,16 +28,19 @@ using snug::TensorView;
 namespace {
 
 constexpr LlamaBlockShape small{.channels = 8, .heads = 2, .hidden = 12, .layers = 2};
+// Grouped-query attention: 4 query heads of 4 channels sharing 2 key/value heads.
+constexpr LlamaBlockShape grouped{.channels = 16, .heads = 4, .kv_heads = 2, .hidden = 12, .layers = 2};
 
 // One block in double with its weights drawn by the registry (plus noise on
 // the norms, which start at one) and the loss sum(out * G).
 struct DoubleBlock {
+    LlamaBlockShape shape;
     ParameterRegistry registry;
-    LlamaBlock<double, Host> block{registry, "layers.0.", small};
+    LlamaBlock<double, Host> block{registry, "layers.0.", shape};
     std::vector<double> params;
     std::vector<float> grads;
 
-    DoubleBlock() {
+    explicit DoubleBlock(const LlamaBlockShape& s) : shape(s) {
         const std::vector<float> init = registry.initial_values(11);
         const auto noise = snug::test::random_values<double>(init.size(), 12, -0.2, 0.2);
         params.resize(init.size());
@@ -49,8 +52,8 @@ struct DoubleBlock {
     double loss(const std::vector<double>& x, const std::vector<double>& G, int B, int T) {
         snug::test::HostRun run;
         std::vector<double> out(x.size());
-        block.forward(run.ctx, TensorView<const double, Host>(x.data(), {B, T, small.channels}),
-                      TensorView<double, Host>(out.data(), {B, T, small.channels}));
+        block.forward(run.ctx, TensorView<const double, Host>(x.data(), {B, T, shape.channels}),
+                      TensorView<double, Host>(out.data(), {B, T, shape.channels}));
         run.activations.clear();
         double l = 0.0;
         for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * G[i];
@@ -61,9 +64,11 @@ struct DoubleBlock {
 }  // namespace
 
 TEST_CASE("LlamaBlock backward: central finite differences in double, input and parameters", "[llama]") {
-    const int B = 2, T = 5, C = small.channels;
+    const LlamaBlockShape shape = GENERATE(small, grouped);
+    INFO("heads " << shape.heads << ", key/value heads " << shape.key_value_heads());
+    const int B = 2, T = 5, C = shape.channels;
     const std::size_t n = static_cast<std::size_t>(B) * T * C;
-    DoubleBlock m;
+    DoubleBlock m(shape);
     auto x = snug::test::random_values<double>(n, 21, -1.5, 1.5);
     const auto G = snug::test::random_values<double>(n, 22, -1.0, 1.0);
 
@@ -124,6 +129,25 @@ TEST_CASE("LlamaBlock declares Hugging Face Llama's tensors, fused, decaying onl
     CHECK(r.find("layers.3.self_attn.qkv_proj.weight").init.std == Approx(0.02));
     CHECK_THROWS_WITH((LlamaBlock<float, Host>(r, "x.", LlamaBlockShape{.channels = 12, .heads = 4, .hidden = 8})),
                       Catch::Contains("head size 3") && Catch::Contains("even"));
+}
+
+TEST_CASE("A grouped-query LlamaBlock's qkv holds the key/value heads once, and bad groupings are refused",
+          "[llama]") {
+    ParameterRegistry r;
+    const LlamaBlock<float, Host> block(r, "layers.0.", grouped);
+    const int C = grouped.channels, hs = C / grouped.heads, KV = grouped.kv_heads;
+    CHECK(r.find("layers.0.self_attn.qkv_proj.weight").shape == Shape{C + 2 * KV * hs, C});
+    CHECK(r.find("layers.0.self_attn.o_proj.weight").shape == Shape{C, C});
+    CHECK(grouped.key_value_heads() == 2);
+    CHECK(small.key_value_heads() == small.heads);  // 0: as many as heads
+    LlamaBlockShape bad = grouped;
+    bad.kv_heads = 3;
+    CHECK_THROWS_WITH((LlamaBlock<float, Host>(r, "x.", bad)),
+                      Catch::Contains("heads 4") && Catch::Contains("multiple of key/value heads 3"));
+    bad.kv_heads = 2;
+    bad.attention = snug::AttentionKind::materialized;
+    CHECK_THROWS_WITH((LlamaBlock<float, Host>(r, "y.", bad)),
+                      Catch::Contains("grouped-query attention") && Catch::Contains("materialized"));
 }
 
 TEST_CASE("A LayerStack of LlamaBlocks, fully checkpointed, gives the plain gradients to the bit", "[llama]") {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "snug/report/text_report.hpp"
 #include "snug/train/run.hpp"
 #include "support/temp_dir.hpp"
 
@@ -352,6 +353,37 @@ TEST_CASE("run: a Llama state is refused by a Llama of another head count, and b
     gpt.resume = o.state_path();
     gpt.out = (dir.path / "gpt").string();
     CHECK_THROWS_AS(train_fp32(gpt), snug::Error);
+}
+
+TEST_CASE("run: a grouped-query Llama (--kv-heads 2) trains, reports its key/value heads, and its state keeps them") {
+    snug::test::TempDir dir;
+    snug::TrainOptions o = llama_options();
+    o.kv_heads = 2;
+    o.out = dir.path.string();
+    RecordingReport report;
+    const snug::RunResult r = train_llama(o, report);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.first_val_loss.has_value());
+    CHECK(*r.summary.final_val_loss < *r.first_val_loss);
+    const snug::LlamaConfig config = snug::load_inputs<snug::LlamaConfig>(o, 1000).source.config;
+    CHECK(config.block.key_value_heads() == 2);
+    CHECK(snug::format_model_shape(snug::model_summary(config)) ==
+          "llama, 2 layers, 4 heads (2 key/value), 16 channels");
+    // Fewer parameters than the multi-head Llama: k and v hold 2 heads of 4, not 4.
+    snug::TrainOptions mha = o;
+    mha.kv_heads = 0;
+    const snug::LlamaConfig full = snug::load_inputs<snug::LlamaConfig>(mha, 1000).source.config;
+    CHECK(snug::model_summary(full).parameters - snug::model_summary(config).parameters == 2 * (2 * 2 * 4 * 16));
+    // Its state resumes only into the same grouping, refused by name otherwise.
+    mha.steps = 2;
+    mha.resume = o.state_path();
+    mha.out = (dir.path / "mha").string();
+    snug::Report silent;
+    CHECK_THROWS_WITH(train_llama(mha, silent), Catch::Contains("kv_heads"));
+    // --kv-heads is the Llama's: a GPT refuses it by name.
+    snug::TrainOptions gpt = tiny_options();
+    gpt.kv_heads = 2;
+    CHECK_THROWS_WITH(gpt.shape<snug::GPTConfig>(), Catch::Contains("--kv-heads 2"));
 }
 
 TEST_CASE("run: a Llama run refuses llm.c files by flag before reading anything, and takes Hugging Face ones") {

@@ -306,7 +306,8 @@ ModelSummary model_summary(const CausalLMConfig<Family>& c) {
     ModelSummary s;
     if constexpr (requires { Family::name; }) s.family = std::string(Family::name);
     s.layers = c.n_layer;
-    if constexpr (requires { c.block.heads; }) s.heads = c.block.heads;
+    if constexpr (requires { c.block.heads; }) s.heads = s.kv_heads = c.block.heads;
+    if constexpr (requires { c.block.key_value_heads(); }) s.kv_heads = c.block.key_value_heads();
     s.channels = Family::channels(c.block);
     s.context = c.max_seq_len;
     s.vocab = c.vocab_size;

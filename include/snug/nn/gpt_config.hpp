@@ -120,7 +120,7 @@ inline ModelSummary model_summary(const GPTConfig& c) {
     ModelSummary s;
     s.family = "gpt2";
     s.layers = c.n_layer;
-    s.heads = c.n_head;
+    s.heads = s.kv_heads = c.n_head;
     s.channels = c.channels;
     s.context = c.max_seq_len;
     s.vocab = c.vocab_size;

@@ -1,6 +1,8 @@
 // LlamaBlock<Act, D>: one pre-norm Llama decoder block, a Layer composed of
 // the modules of nn/:
 //   x ─► RMSNorm ─► CausalSelfAttention<RoPE> ─(+x)─► r ─► RMSNorm ─► SwiGLUMLP ─(+r)─► out
+// (attention with grouped queries where kv_heads < heads: Llama 2 70B's,
+// Llama 3's, Mistral's)
 // Its tensors, under `prefix` (e.g. "layers.3."): input_layernorm.weight,
 // self_attn.{qkv_proj,o_proj}.weight, post_attention_layernorm.weight,
 // mlp.{gate_up_proj,down_proj}.weight — Hugging Face Llama's names, with q, k,
@@ -29,11 +31,14 @@ namespace snug {
 struct LlamaBlockShape {
     int channels;                      // C
     int heads;                         // NH, C % NH == 0, C / NH even (RoPE)
+    int kv_heads = 0;                  // key/value heads, NH a multiple (grouped-query attention); 0: NH
     int hidden;                        // the MLP's H
     int layers = 1;                    // of the whole stack: scales the residual projections' init
     double rope_theta = ops::rope_theta;
     double norm_eps = ops::rmsnorm_eps;
     AttentionKind attention = AttentionKind::flash;
+
+    int key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 template <class Act, DeviceTag D>
@@ -45,8 +50,8 @@ public:
     LlamaBlock(ParameterRegistry& r, const std::string& prefix, const LlamaBlockShape& s)
         : C_(s.channels),
           norm1_(r, prefix + "input_layernorm", s.channels, s.norm_eps),
-          attn_(r, prefix + "self_attn", s.channels, s.heads, Bias::no, RoPE{s.rope_theta}, residual_init(s),
-                s.attention),
+          attn_(r, prefix + "self_attn", s.channels, s.heads, s.key_value_heads(), Bias::no, RoPE{s.rope_theta},
+                residual_init(s), s.attention),
           norm2_(r, prefix + "post_attention_layernorm", s.channels, s.norm_eps),
           mlp_(r, prefix + "mlp", s.channels, s.hidden, residual_init(s)) {
         if ((s.channels / s.heads) % 2 != 0)

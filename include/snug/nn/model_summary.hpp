@@ -18,6 +18,7 @@ struct ModelSummary {
     std::string family;  // "gpt2", "llama", a user's family's name; empty when the family gives none
     int layers = 0;      // L
     int heads = 0;       // NH (0: the family's blocks do not say)
+    int kv_heads = 0;    // key/value heads, NH unless the blocks group queries (GQA)
     int channels = 0;    // C
     int context = 0;     // maxT
     int vocab = 0;       // V

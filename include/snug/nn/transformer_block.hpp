@@ -81,7 +81,7 @@ public:
         if (attention_ != AttentionKind::materialized) {  // nothing T x T to drop: selective keeps it all
             s_.lse = a.template push<Stat>(stat_elems(), "attention log-sum-exp");
             s_.atty = a.template push<Act>(N * C_, "attention output");
-            flash_or_fused_forward(attention_, ctx.scratch, dev, s_.atty, s_.lse, s_.qkv, B_, T_, C_, NH_);
+            flash_or_fused_forward(attention_, ctx.scratch, dev, s_.atty, s_.lse, s_.qkv, B_, T_, C_, NH_, NH_);
         } else {
             s_.att = dropped.template push<Act>(att_elems(), "attention probabilities");
             s_.atty = a.template push<Act>(N * C_, "attention output");
@@ -137,7 +137,7 @@ public:
         linear_backward(dev, datty, g_.attprojw, g_.attprojb, dx.data(), s_.atty, w_.attprojw, N, C_, C_);
         Act* dqkv = tmp.template push<Act>(N * 3 * C_, "d qkv");
         if (attention_ != AttentionKind::materialized) {
-            flash_or_fused_backward(attention_, tmp, dev, dqkv, datty, s_.qkv, s_.atty, s_.lse, B_, T_, C_, NH_);
+            flash_or_fused_backward(attention_, tmp, dev, dqkv, datty, s_.qkv, s_.atty, s_.lse, B_, T_, C_, NH_, NH_);
         } else {
             Act* att_scratch = tmp.template push<Act>(att_elems(), "d attention");
             attention_backward(dev, dqkv, att_scratch, datty, s_.qkv, s_.att, B_, T_, C_, NH_);

@@ -165,11 +165,15 @@ inline std::string format_budget_plan(const BudgetPlan& p) {
 }
 
 // "gpt2, 12 layers, 12 heads, 768 channels": the family (where it has a
-// name) and the shape, heads where the family's blocks say them.
+// name) and the shape, heads where the family's blocks say them ("8 heads
+// (2 key/value)" with grouped-query attention).
 inline std::string format_model_shape(const ModelSummary& m) {
     std::string s = m.family.empty() ? "" : m.family + ", ";
     s += fmt::format("{} layers, ", m.layers);
-    if (m.heads > 0) s += fmt::format("{} heads, ", m.heads);
+    if (m.heads > 0 && m.kv_heads > 0 && m.kv_heads != m.heads)
+        s += fmt::format("{} heads ({} key/value), ", m.heads, m.kv_heads);
+    else if (m.heads > 0)
+        s += fmt::format("{} heads, ", m.heads);
     return s + fmt::format("{} channels", m.channels);
 }
 

@@ -76,6 +76,10 @@ inline CLI::Option* add_model_options(CLI::App& app, snug::TrainOptions& o, bool
                                              : "preset (this program's family has none)");
     app.add_option("--layers", o.layers, "layers (without --model)")->excludes(model_opt)->check(positive);
     app.add_option("--heads", o.heads, "attention heads (without --model)")->excludes(model_opt)->check(positive);
+    app.add_option("--kv-heads", o.kv_heads,
+                   "key/value heads of grouped-query attention (llama; --heads a multiple of it; default: as many "
+                   "as heads)")
+        ->check(positive);
     app.add_option("--channels", o.channels, "channels (without --model)")->excludes(model_opt)->check(positive);
     app.add_option("--vocab", o.vocab, "the model's vocabulary (0: the data's; e.g. 50257 for GPT-2's shape on any data)")
         ->check(non_negative);

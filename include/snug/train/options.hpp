@@ -21,6 +21,7 @@ struct TrainOptions {
     Arch arch = Arch::gpt2;   // the family (train/arch.hpp)
     std::string model;        // preset name (d12, 124M, ...; Llama: tiny, 60M, ...); empty: layers / heads / channels
     int layers = 2, heads = 4, channels = 128;
+    int kv_heads = 0;         // grouped-query attention's key/value heads (llama; 0: as many as heads)
     int vocab = 0;            // the model's vocabulary (0: the data's; more: e.g. GPT-2's 50257 on the built-in data)
     std::string init_from;
     AttentionKind attention = AttentionKind::flash;  // how the model's attention computes (any model source)
@@ -80,7 +81,14 @@ struct TrainOptions {
     // and context come later), computing as with_choices says.
     template <class Config = GPTConfig>
     Config shape() const {
-        return with_choices(shape_for(std::type_identity<Config>{}, model, layers, heads, channels));
+        Config c = shape_for(std::type_identity<Config>{}, model, layers, heads, channels);
+        if constexpr (requires { c.block.kv_heads; }) {
+            if (kv_heads > 0) c.block.kv_heads = kv_heads;
+        } else if (kv_heads > 0) {
+            throw ConfigError("--kv-heads " + std::to_string(kv_heads) + ": this family's attention has no "
+                              "key/value heads to group (grouped-query attention is the llama family's)");
+        }
+        return with_choices(std::move(c));
     }
 
     // A model (fresh, or read from a file) computing as this run asks: its

@@ -302,7 +302,7 @@ RunResult train(const TrainOptions& o, const TrainData& data, const ModelSourceO
         Model& model = *model_storage;
         model.load_weights(s.ctx.device, source.weights);
         result.attention = attention_path<typename Model::value_type>(summary.attention, s.ctx.device, B, T,
-                                                                     summary.channels, summary.heads);
+                                                                     summary.channels, summary.heads, summary.kv_heads);
         if (summary.heads > 0) report.attention(result.attention);  // (a family without heads has none)
         Buffer<std::int32_t, Dev> tokens_dev(s.tracker, MemoryCategory::workspace, static_cast<std::size_t>(n * BT),
                                              "token ids");   // (n, B, T)
