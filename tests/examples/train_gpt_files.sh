@@ -13,7 +13,7 @@
 #   4. a trained model saved as an llm.c file (and exported as Hugging Face
 #      safetensors) and read back with --init-from --eval-only gives the
 #      validation loss the training run printed;
-#   5. so does a Llama exported as a Hugging Face directory.
+#   5. so does a grouped-query Llama exported as a Hugging Face directory.
 # usage: train_gpt_files.sh TRAIN_GPT WORK_DIR
 set -u
 exe=$1
@@ -103,9 +103,10 @@ for source in "$dir/model.bin" "$dir/hf"; do
     [ "$got" = "$want" ] || fail "--init-from $source: eval loss $got, but training ended at val loss $want"
     echo "ok: --init-from $source --eval-only gives the trained model's val loss $want"
 done
-# 5: a Llama exported as a Hugging Face directory reads back (--arch llama
-# --init-from DIR) to the validation loss the training run printed.
-"$exe" $tiny --arch llama --steps 6 --eval-every 6 --export-hf "$dir/llama-hf" >"$dir/llama.log" 2>&1 ||
+# 5: a Llama (grouped-query: 2 heads sharing 1 key/value head) exported as a
+# Hugging Face directory reads back (--arch llama --init-from DIR) to the
+# validation loss the training run printed.
+"$exe" $tiny --arch llama --kv-heads 1 --steps 6 --eval-every 6 --export-hf "$dir/llama-hf" >"$dir/llama.log" 2>&1 ||
     fail "training the Llama for --export-hf failed: $(tail -3 "$dir/llama.log")"
 want=$(sed -n 's/^step 6: val loss \([0-9.]*\) nats.*/\1/p' "$dir/llama.log")
 [ -n "$want" ] || fail "no 'step 6: val loss' line in $dir/llama.log"
@@ -113,5 +114,6 @@ want=$(sed -n 's/^step 6: val loss \([0-9.]*\) nats.*/\1/p' "$dir/llama.log")
     --sample 0 >"$dir/llama-eval.log" 2>&1 || fail "--arch llama --init-from failed: $(tail -3 "$dir/llama-eval.log")"
 got=$(sed -n 's/^eval: loss \([0-9.]*\) nats.*/\1/p' "$dir/llama-eval.log")
 [ "$got" = "$want" ] || fail "--arch llama --init-from $dir/llama-hf: eval loss $got, but training ended at val loss $want"
-echo "ok: a Llama's Hugging Face export reads back to the trained model's val loss $want"
+grep -q "2 heads (1 key/value)" "$dir/llama-eval.log" || fail "the read Llama does not report 2 heads (1 key/value)"
+echo "ok: a grouped-query Llama's Hugging Face export reads back to the trained model's val loss $want"
 echo "all train_gpt file checks passed"

@@ -178,6 +178,17 @@ int main(int argc, char** argv) {
             const ByteVec weights = snug::io::read_file(tmp.dir() / "tied.safetensors");
             put(out, "hf_llama", "tiny_tied", concat({&config, &split, &weights}));
         }
+        // A grouped-query Llama: 2 query heads sharing 1 key/value head.
+        {
+            const snug::LlamaConfig llama = snug::make_llama_config(10, 8, 2, 8, 2, 12, 1);
+            snug::MemoryTracker tracker;
+            const snug::Llama<float, snug::Meter> shape_only(llama, tracker);
+            const fs::path dir = tmp.dir() / "llama_grouped";
+            snug::io::export_hf_llama(dir, llama, shape_only.initial_weights(4), snug::DType::f32);
+            const ByteVec config = snug::io::read_file(dir / snug::io::hf_config_file);
+            const ByteVec weights = snug::io::read_file(dir / snug::io::hf_weights_file);
+            put(out, "hf_llama", "tiny_grouped", concat({&config, &split, &weights}));
+        }
 
         // Training-state files of the five tiny steps, each raw (mode 0) and
         // with the CRCs fixed up by the target (mode 1).

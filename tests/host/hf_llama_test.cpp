@@ -5,6 +5,7 @@
 // fields; a wrong weight count writes nothing.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -181,7 +182,8 @@ std::map<std::string, snug::io::SafeTensor> tensors_of(const std::filesystem::pa
 std::vector<float> unpadded(const snug::LlamaConfig& c, std::vector<float> w) {
     for (const char* name : {"embed_tokens.weight", "lm_head.weight"}) {
         const std::int64_t at = offset_of(c, name);
-        for (std::int64_t i = std::int64_t{c.vocab_size} * 8; i < std::int64_t{c.padded_vocab_size} * 8; ++i)
+        const std::int64_t C = c.block.channels;
+        for (std::int64_t i = std::int64_t{c.vocab_size} * C; i < std::int64_t{c.padded_vocab_size} * C; ++i)
             w[static_cast<std::size_t>(at + i)] = 0.0f;
     }
     return w;
@@ -252,6 +254,38 @@ TEST_CASE("hf llama import: an export reads back to the same config and weights,
     }
 }
 
+TEST_CASE("hf llama: grouped-query attention's k_proj and v_proj hold the key/value heads, both ways") {
+    snug::test::TempDir dir;
+    // C = 16: 4 query heads of 4 channels, 2 key/value heads (k_proj, v_proj 8 rows each).
+    const snug::LlamaConfig c = snug::make_llama_config(10, 8, 2, 16, 4, 12, 2);
+    const std::vector<float> w = weights_of(c, 23);
+    snug::io::export_hf_llama(dir.path, c, w);
+    const nlohmann::json j = read_json(dir.path / "config.json");
+    CHECK(j.at("num_attention_heads") == 4);
+    CHECK(j.at("num_key_value_heads") == 2);
+    CHECK(j.at("head_dim") == 4);
+    const snug::io::SafetensorsFile f(dir.path / "model.safetensors");
+    using Shape = std::vector<std::int64_t>;
+    CHECK(f.tensors().at("model.layers.1.self_attn.q_proj.weight").shape == Shape{16, 16});
+    CHECK(f.tensors().at("model.layers.1.self_attn.k_proj.weight").shape == Shape{8, 16});
+    CHECK(f.tensors().at("model.layers.1.self_attn.v_proj.weight").shape == Shape{8, 16});
+    // v_proj is rows 24..31 of snug's fused qkv (16 query rows, 8 key rows).
+    const std::vector<float> v = f.values<float>("model.layers.1.self_attn.v_proj.weight");
+    const auto qkv = static_cast<std::size_t>(offset_of(c, "layers.1.self_attn.qkv_proj.weight"));
+    CHECK(std::equal(v.begin(), v.end(), w.begin() + static_cast<std::ptrdiff_t>(qkv + 24 * 16)));
+
+    const snug::io::HFLlama m = snug::io::import_hf_llama(dir.path);
+    CHECK(m.config.block.heads == 4);
+    CHECK(m.config.block.key_value_heads() == 2);
+    CHECK(m.weights == unpadded(c, w));
+    // Without the key, transformers' default: as many key/value heads as
+    // heads, which the files' k_proj and v_proj do not hold.
+    nlohmann::json no_kv = j;
+    no_kv.erase("num_key_value_heads");
+    write_json(dir.path / "config.json", no_kv);
+    CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path), Contains("the config and the weights do not match"));
+}
+
 TEST_CASE("hf llama import: what snug's Llama does not compute is refused, naming the key and its value") {
     snug::test::TempDir dir;
     const snug::LlamaConfig c = tiny_llama();
@@ -265,7 +299,7 @@ TEST_CASE("hf llama import: what snug's Llama does not compute is refused, namin
         CHECK_THROWS_WITH(snug::io::import_hf_llama(dir.path),
                           Contains("config.json: " + std::string(key) + " is " + value.dump()) && Contains(words));
     };
-    refused("num_key_value_heads", 1, "grouped-query attention");
+    refused("num_key_value_heads", 3, "does not divide num_attention_heads 2");
     refused("rope_scaling", nlohmann::json{{"rope_type", "linear"}, {"factor", 2.0}}, "one frequency per pair");
     refused("hidden_act", "gelu", "SiLU");
     refused("attention_bias", true, "no biases");

@@ -100,6 +100,7 @@ def rotate(x, theta):
 def llama_forward(p, cfg, tokens):
     """Llama logits (B, T, V) from LlamaForCausalLM's tensors (nn.Linear weights: (out, in))."""
     C, NH, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    KV = cfg.get("num_key_value_heads") or NH  # grouped-query attention: NH // KV query heads per key/value head
     eps, theta, hs = cfg["rms_norm_eps"], cfg["rope_theta"], C // NH
     Bn, Tn = tokens.shape
     x = p["model.embed_tokens.weight"][tokens]
@@ -108,9 +109,10 @@ def llama_forward(p, cfg, tokens):
         h = f"model.layers.{l}."
         a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
         q, k, v = (
-            (a @ p[h + f"self_attn.{n}_proj.weight"].T).reshape(Bn, Tn, NH, hs).transpose(1, 2) for n in "qkv"
+            (a @ p[h + f"self_attn.{n}_proj.weight"].T).reshape(Bn, Tn, -1, hs).transpose(1, 2) for n in "qkv"
         )
         q, k = rotate(q, theta), rotate(k, theta)
+        k, v = (t.repeat_interleave(NH // KV, dim=1) for t in (k, v))  # key/value head g serves query heads g G ..
         att = ((q @ k.transpose(-2, -1)) / math.sqrt(hs)).masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C)
         x = x + y @ p[h + "self_attn.o_proj.weight"].T
@@ -171,7 +173,9 @@ def check(model_dir):
     tokens, want = ref["tokens"], ref["logits"]
     llama = cfg.get("model_type") == "llama"
     layers, C = (cfg["num_hidden_layers"], cfg["hidden_size"]) if llama else (cfg["n_layer"], cfg["n_embd"])
-    print(f"{model_dir}: {cfg.get('model_type')}, {layers} layers, C {C}, V {cfg['vocab_size']}, "
+    heads = (cfg["num_attention_heads"], cfg.get("num_key_value_heads")) if llama else (cfg["n_head"], None)
+    kv = f" ({heads[1]} key/value)" if heads[1] not in (None, heads[0]) else ""
+    print(f"{model_dir}: {cfg.get('model_type')}, {layers} layers, C {C}, {heads[0]} heads{kv}, V {cfg['vocab_size']}, "
           f"{cfg.get('torch_dtype')} weights, tokens {tuple(tokens.shape)}")
     ok = check_plain(model_dir, cfg, tokens, want)
     ok = check_transformers(model_dir, tokens, want, llama) and ok

@@ -81,10 +81,11 @@ std::vector<float> snug_logits(const Config& c, const std::vector<float>& w, con
 }
 
 // ---- the Llama ----
-// V 97 padded to 128, 2 layers of C 48 with 4 heads of 12, MLP 128, eps and
-// theta other than the defaults (so that a reader that ignores them fails).
+// V 97 padded to 128, 2 layers of C 48 with 4 heads of 12 sharing 2
+// key/value heads (grouped-query attention), MLP 128, eps and theta other
+// than the defaults (so that a reader that ignores them fails).
 snug::LlamaConfig llama_config() {
-    snug::LlamaConfig c = snug::make_llama_config(97, 16, 2, 48, 4, 128);
+    snug::LlamaConfig c = snug::make_llama_config(97, 16, 2, 48, 4, 128, 2);
     c.block.norm_eps = 1e-6;
     c.block.rope_theta = 500000.0;
     return c;

@@ -7,13 +7,13 @@
 // registry's "layers.3.self_attn...", transformers' "model.layers.3.self_attn..."),
 // with two projections fused that transformers keeps apart, and padded
 // vocabulary rows:
-// - qkv_proj (3C, C) is q_proj, k_proj and v_proj, in that order of rows, each
-//   with head h in rows [h hs, (h + 1) hs) — transformers' layout; RoPE pairs
+// - qkv_proj (C + 2 KV hs, C) is q_proj (C rows), k_proj and v_proj (KV hs
+//   rows each, KV = num_key_value_heads), in that order of rows, each with
+//   head h in rows [h hs, (h + 1) hs) — transformers' layout; RoPE pairs
 //   (i, i + hs/2) in each head as transformers' rotate_half does, so no row
 //   is permuted;
 // - gate_up_proj (2H, C) is gate_proj then up_proj;
 // - embed_tokens and lm_head have Vp >= V rows; the padded rows are dropped.
-// Every key/value head is a query head's (num_key_value_heads = heads).
 #pragma once
 
 #include <algorithm>
@@ -55,7 +55,7 @@ inline nlohmann::json hf_llama_config(const LlamaConfig& c, DType dtype = DType:
     j["intermediate_size"] = b.hidden;
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = b.heads;
-    j["num_key_value_heads"] = b.heads;
+    j["num_key_value_heads"] = b.key_value_heads();
     j["head_dim"] = b.channels / b.heads;
     j["hidden_act"] = "silu";
     j["rms_norm_eps"] = b.norm_eps;
@@ -108,6 +108,7 @@ struct HFLlamaPiece {
 
 inline std::vector<HFLlamaPiece> hf_llama_pieces(const LlamaConfig& config, const ParameterRegistry& registry) {
     const std::int64_t C = config.block.channels, H = config.block.hidden;
+    const std::int64_t KVC = std::int64_t{config.block.key_value_heads()} * (C / config.block.heads);  // KV hs
     std::vector<HFLlamaPiece> pieces;
     for (const ParameterTensor& t : registry.tensors()) {
         const std::int64_t cols = t.shape.rank() == 2 ? t.shape[1] : 0;
@@ -123,8 +124,8 @@ inline std::vector<HFLlamaPiece> hf_llama_pieces(const LlamaConfig& config, cons
         } else if (t.name.ends_with("self_attn.qkv_proj.weight")) {
             const std::string p = stem(std::string_view("qkv_proj.weight").size());
             put(p + "q_proj.weight", 0, C);
-            put(p + "k_proj.weight", C, C);
-            put(p + "v_proj.weight", 2 * C, C);
+            put(p + "k_proj.weight", C, KVC);
+            put(p + "v_proj.weight", C + KVC, KVC);
         } else if (t.name.ends_with("mlp.gate_up_proj.weight")) {
             const std::string p = stem(std::string_view("gate_up_proj.weight").size());
             put(p + "gate_proj.weight", 0, H);
@@ -191,17 +192,19 @@ inline LlamaConfig hf_llama_config_of(const nlohmann::json& j, const std::string
     only("rope_scaling", nullptr, "snug's RoPE keeps one frequency per pair (theta^(-2i/hs)), unscaled");
     only("sliding_window", nullptr, "snug's attention reaches every earlier position");
     const int heads = F.i32(j, "num_attention_heads", "", 1);
-    if (j.contains("num_key_value_heads") && j["num_key_value_heads"] != heads)
-        fail("num_key_value_heads is " + json_excerpt(j["num_key_value_heads"]) + " of " + std::to_string(heads) +
-             " attention heads: grouped-query attention is not in snug's Llama yet (every head has its own keys "
-             "and values)");
+    // transformers' default (absent or null): as many key/value heads as heads.
+    const bool grouped = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null();
+    const int kv_heads = grouped ? F.i32(j, "num_key_value_heads", "", 1) : heads;
+    if (heads % kv_heads != 0)
+        fail("num_key_value_heads is " + std::to_string(kv_heads) + ", which does not divide num_attention_heads " +
+             std::to_string(heads) + " (each key/value head serves an equal group of query heads)");
     const int C = F.i32(j, "hidden_size", "", 1);
     if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != C / heads)
         fail("head_dim is " + json_excerpt(j["head_dim"]) + "; snug's heads are hidden_size / num_attention_heads = " +
              std::to_string(C / heads) + " wide");
     LlamaConfig c = make_llama_config(F.i32(j, "vocab_size", "", 1), F.i32(j, "max_position_embeddings", "", 1),
                                       F.i32(j, "num_hidden_layers", "", 1), C, heads,
-                                      F.i32(j, "intermediate_size", "", 1));
+                                      F.i32(j, "intermediate_size", "", 1), kv_heads);
     auto positive = [&](const char* key, double fallback) {
         if (!j.contains(key)) return fallback;
         const double v = F.number(j, key);
